@@ -1,0 +1,34 @@
+"""Vector primitives and the one canonical vector encoding.
+
+Canonical vectors are little-endian IEEE-754 float32 BLOBs, 4 bytes per dimension (spec D5).
+A BLOB whose length is not a multiple of 4 is invalid and decodes to an empty vector.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+VECTOR_DTYPE = np.dtype("<f4")
+
+
+def encode_vector(vector: "np.ndarray | list[float]") -> bytes:
+    """Encode a vector as little-endian float32 bytes (never native byte order)."""
+    return np.asarray(vector, dtype=VECTOR_DTYPE).reshape(-1).tobytes()
+
+
+def decode_vector(blob: bytes | None) -> np.ndarray:
+    """Decode a canonical BLOB; an invalid length (not a multiple of 4) or None gives an empty vector."""
+    if not blob or len(blob) % 4 != 0:
+        return np.zeros(0, dtype=np.float32)
+    return np.frombuffer(blob, dtype=VECTOR_DTYPE).astype(np.float32)
+
+
+def normalize_rows(matrix: np.ndarray) -> np.ndarray:
+    """L2-normalise each row; zero rows stay zero."""
+    m = np.asarray(matrix, dtype=np.float32)
+    if m.ndim == 1:
+        n = float(np.linalg.norm(m))
+        return m / n if n > 0 else m
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return m / norms

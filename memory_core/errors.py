@@ -1,0 +1,145 @@
+"""The error hierarchy of memory-core.
+
+Every error has a stable ``code`` and a message that says what to do. Errors cross process and
+network boundaries as data (``{"code", "message"}``) and are rebuilt with :func:`error_from_data`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MemoryCoreError(Exception):
+    """Base class of every memory-core error; ``code`` is stable and machine-readable."""
+
+    code = "failed"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def to_data(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "type": type(self).__name__}
+
+
+class ConfigError(MemoryCoreError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+    code = "invalid_config"
+
+
+class WorkspaceError(MemoryCoreError):
+    """The workspace folder does not exist or cannot be read."""
+
+    code = "invalid_workspace"
+
+
+class SourceReadError(MemoryCoreError):
+    """A source file could not be read or decoded; the file is skipped, nothing else is lost."""
+
+    code = "source_unreadable"
+
+
+class IndexPaused(MemoryCoreError):
+    """The index identity no longer matches the configuration; run `memory-core index --force`."""
+
+    code = "index_paused"
+
+
+class IndexBusy(MemoryCoreError):
+    """Another process holds the reindex lock for this agent."""
+
+    code = "index_busy"
+
+
+class ProviderUnavailable(MemoryCoreError):
+    """An explicitly configured embedding provider cannot be used; memory-core fails closed."""
+
+    code = "unavailable"
+
+
+class SessionForgotten(MemoryCoreError):
+    """The session was forgotten; its tombstone refuses any re-publication."""
+
+    code = "forgotten"
+
+
+class ForgetRefused(MemoryCoreError):
+    """Memory files are edited, not forgotten: the request named a memory file."""
+
+    code = "forget_refused"
+
+
+class ReferenceNotFound(MemoryCoreError):
+    """A path or reference is not in the indexed sources (or its revision is stale)."""
+
+    code = "not_found"
+
+
+class InvalidRequest(MemoryCoreError):
+    """A request parameter has the wrong type or value."""
+
+    code = "invalid_request"
+
+
+class Forbidden(MemoryCoreError):
+    """The caller's authority does not allow this operation."""
+
+    code = "forbidden"
+
+
+class CapabilityNotDeclared(MemoryCoreError):
+    """A request used a capability the provider did not declare."""
+
+    code = "capability_not_declared"
+
+
+class WorkerError(MemoryCoreError):
+    """A worker task failed; ``code`` is one of unavailable, timeout, failed, overloaded."""
+
+    code = "failed"
+
+
+class WorkerUnavailable(WorkerError):
+    """The worker died or the pool is closed."""
+
+    code = "unavailable"
+
+
+class WorkerTimeout(WorkerError):
+    """The task ran past its timeout and its worker was ended."""
+
+    code = "timeout"
+
+
+class WorkerOverloaded(WorkerError):
+    """The pool's admission limits are reached; retry later."""
+
+    code = "overloaded"
+
+
+class CursorExpired(MemoryCoreError):
+    """A pagination cursor outlived its pinned generation; start the search again."""
+
+    code = "cursor_expired"
+
+
+_BY_NAME: dict[str, type[MemoryCoreError]] = {}
+
+
+def _register() -> None:
+    stack: list[type[MemoryCoreError]] = [MemoryCoreError]
+    while stack:
+        cls = stack.pop()
+        _BY_NAME[cls.__name__] = cls
+        stack.extend(cls.__subclasses__())
+
+
+def error_from_data(data: dict[str, Any]) -> MemoryCoreError:
+    """Rebuild a typed error from its ``to_data()`` form (the inverse across a process boundary)."""
+    if not _BY_NAME:
+        _register()
+    cls = _BY_NAME.get(str(data.get("type", "")), MemoryCoreError)
+    return cls(str(data.get("message", "")), code=str(data.get("code") or cls.code))
