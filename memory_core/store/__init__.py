@@ -1,0 +1,1 @@
+"""SQLite storage: schema and migrations, the single writer, atomic reindex."""

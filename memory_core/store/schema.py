@@ -1,0 +1,231 @@
+"""The per-agent SQLite schema (spec §3.1, G2 table names in one file per agent, D1).
+
+Migrations are numbered and tracked in ``PRAGMA user_version``. The FTS tables depend on the
+configured tokenizer and the ``vec0`` table on the embedding dimensions, so they are created by
+:func:`ensure_fts` and :func:`ensure_vec_table` rather than by a fixed migration.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+META_KEY = "memory_index_meta_v1"
+VECTOR_REBUILD_KEY = "memory_vector_rebuild_v1"
+FTS_TOKENIZERS = {"unicode61": "unicode61", "trigram": "trigram case_sensitive 0"}
+
+MIGRATIONS: list[str] = [
+    # 1: base tables
+    """
+    CREATE TABLE IF NOT EXISTS memory_index_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS memory_index_sources (
+        id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL,
+        source TEXT NOT NULL DEFAULT 'memory',
+        hash TEXT NOT NULL,
+        mtime REAL,
+        size INTEGER,
+        UNIQUE(path, source)
+    ) STRICT;
+    CREATE INDEX IF NOT EXISTS idx_memory_index_sources_source ON memory_index_sources(source);
+    CREATE TABLE IF NOT EXISTS memory_index_chunks (
+        chunk_rowid INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        path TEXT NOT NULL,
+        source TEXT NOT NULL DEFAULT 'memory',
+        start_line INTEGER NOT NULL,
+        end_line INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        model TEXT NOT NULL,
+        text TEXT NOT NULL,
+        embedding BLOB NOT NULL DEFAULT x'',
+        updated_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX IF NOT EXISTS idx_memory_index_chunks_path_source ON memory_index_chunks(path, source);
+    CREATE INDEX IF NOT EXISTS idx_memory_index_chunks_source ON memory_index_chunks(source);
+    CREATE TABLE IF NOT EXISTS memory_index_chunk_recall_metadata (
+        chunk_id TEXT PRIMARY KEY REFERENCES memory_index_chunks(id) ON DELETE CASCADE,
+        importance INTEGER CHECK (importance IS NULL OR (importance BETWEEN 1 AND 10)),
+        triggers TEXT,
+        project_key TEXT
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS memory_index_chunk_provenance (
+        chunk_id TEXT PRIMARY KEY REFERENCES memory_index_chunks(id) ON DELETE CASCADE,
+        origin_class TEXT NOT NULL DEFAULT 'untrusted'
+            CHECK (origin_class IN ('owner', 'agent', 'untrusted', 'system')),
+        session_kind TEXT NOT NULL DEFAULT 'unknown'
+            CHECK (session_kind IN ('interactive', 'cron', 'heartbeat', 'subagent', 'unknown')),
+        observed_at INTEGER,
+        supersedes_key TEXT
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS memory_index_state (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        revision INTEGER NOT NULL
+    ) STRICT;
+    INSERT OR IGNORE INTO memory_index_state(id, revision) VALUES (1, 0);
+    CREATE TABLE IF NOT EXISTS memory_embedding_cache (
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider_key TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        embedding BLOB NOT NULL,
+        dims INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (provider, model, provider_key, hash)
+    ) STRICT;
+    CREATE INDEX IF NOT EXISTS idx_memory_embedding_cache_updated_at ON memory_embedding_cache(updated_at);
+    CREATE TABLE IF NOT EXISTS memory_index_forgotten (
+        source TEXT NOT NULL,
+        path TEXT NOT NULL,
+        forgotten_at INTEGER NOT NULL,
+        PRIMARY KEY (source, path)
+    ) STRICT;
+    CREATE TRIGGER IF NOT EXISTS memory_index_sources_rev_ins AFTER INSERT ON memory_index_sources
+        BEGIN UPDATE memory_index_state SET revision = revision + 1 WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS memory_index_sources_rev_upd AFTER UPDATE ON memory_index_sources
+        BEGIN UPDATE memory_index_state SET revision = revision + 1 WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS memory_index_sources_rev_del AFTER DELETE ON memory_index_sources
+        BEGIN UPDATE memory_index_state SET revision = revision + 1 WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS memory_index_chunks_rev_del AFTER DELETE ON memory_index_chunks
+        BEGIN UPDATE memory_index_state SET revision = revision + 1 WHERE id = 1; END;
+    CREATE TRIGGER IF NOT EXISTS memory_index_chunks_rev_ins AFTER INSERT ON memory_index_chunks
+        BEGIN UPDATE memory_index_state SET revision = revision + 1 WHERE id = 1; END;
+    """,
+]
+
+# FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in
+# step by triggers, so every writer path maintains them without extra code.
+_FTS_SQL = """
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_index_chunks_fts USING fts5(
+    text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
+    start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}'
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_index_paths_fts USING fts5(
+    path, source UNINDEXED, tokenize='{tok}'
+);
+CREATE TRIGGER IF NOT EXISTS memory_index_chunks_fts_ins AFTER INSERT ON memory_index_chunks BEGIN
+    INSERT INTO memory_index_chunks_fts(rowid, text, id, path, source, model, start_line, end_line)
+    VALUES (new.chunk_rowid, new.text, new.id, new.path, new.source, new.model, new.start_line, new.end_line);
+END;
+CREATE TRIGGER IF NOT EXISTS memory_index_chunks_fts_del AFTER DELETE ON memory_index_chunks BEGIN
+    DELETE FROM memory_index_chunks_fts WHERE rowid = old.chunk_rowid;
+END;
+CREATE TRIGGER IF NOT EXISTS memory_index_paths_fts_ins AFTER INSERT ON memory_index_sources BEGIN
+    INSERT INTO memory_index_paths_fts(rowid, path, source) VALUES (new.id, new.path, new.source);
+END;
+CREATE TRIGGER IF NOT EXISTS memory_index_paths_fts_upd AFTER UPDATE OF path, source ON memory_index_sources BEGIN
+    DELETE FROM memory_index_paths_fts WHERE rowid = old.id;
+    INSERT INTO memory_index_paths_fts(rowid, path, source) VALUES (new.id, new.path, new.source);
+END;
+CREATE TRIGGER IF NOT EXISTS memory_index_paths_fts_del AFTER DELETE ON memory_index_sources BEGIN
+    DELETE FROM memory_index_paths_fts WHERE rowid = old.id;
+END;
+"""
+
+
+def configure_connection(conn: apsw.Connection, *, busy_timeout_ms: int = 5000) -> None:
+    """Pragmas every writer connection uses: WAL, foreign keys, busy timeout."""
+    conn.set_busy_timeout(busy_timeout_ms)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply pending numbered migrations; returns the schema version now in force."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    for number, sql in enumerate(MIGRATIONS, start=1):
+        if number <= version:
+            continue
+        with conn:
+            conn.execute(sql)
+            conn.execute(f"PRAGMA user_version={number}")
+        version = number
+    return version
+
+
+def fts_tokenizer_in_db(conn: apsw.Connection) -> str | None:
+    """The tokenizer the FTS body table was created with, or None when it does not exist."""
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'memory_index_chunks_fts'"
+    ).fetchone()
+    if row is None:
+        return None
+    return "trigram" if "trigram" in row[0] else "unicode61"
+
+
+def ensure_fts(conn: apsw.Connection, tokenizer: str = "unicode61") -> tuple[bool, str | None]:
+    """Create (or, on a tokenizer change, recreate and refill) the FTS tables.
+
+    Returns ``(available, error)``; an FTS failure is not fatal (spec §3.1).
+    """
+    if tokenizer not in FTS_TOKENIZERS:
+        return False, f"unknown FTS tokenizer {tokenizer!r}; use 'unicode61' or 'trigram'"
+    try:
+        current = fts_tokenizer_in_db(conn)
+        with conn:
+            if current is not None and current != tokenizer:
+                drop_fts(conn)
+                current = None
+            conn.execute(_FTS_SQL.format(tok=FTS_TOKENIZERS[tokenizer]))
+            if current is None:
+                conn.execute(
+                    "INSERT INTO memory_index_chunks_fts(rowid, text, id, path, source, model, start_line, end_line)"
+                    " SELECT chunk_rowid, text, id, path, source, model, start_line, end_line FROM memory_index_chunks"
+                )
+                conn.execute(
+                    "INSERT INTO memory_index_paths_fts(rowid, path, source) SELECT id, path, source FROM memory_index_sources"
+                )
+        return True, None
+    except apsw.Error as exc:
+        return False, f"FTS5 unavailable: {exc}"
+
+
+def drop_fts(conn: apsw.Connection) -> None:
+    """Drop both FTS tables and their triggers (hybrid disabled, or a tokenizer change)."""
+    for trig in (
+        "memory_index_chunks_fts_ins", "memory_index_chunks_fts_del", "memory_index_paths_fts_ins",
+        "memory_index_paths_fts_upd", "memory_index_paths_fts_del",
+    ):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trig}")
+    conn.execute("DROP TABLE IF EXISTS memory_index_chunks_fts")
+    conn.execute("DROP TABLE IF EXISTS memory_index_paths_fts")
+
+
+def vec_table_dims(conn: apsw.Connection) -> int | None:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_index_chunks_vec'").fetchone()
+    if row is None:
+        return None
+    import re
+
+    m = re.search(r"float\[(\d+)\]", row[0], re.IGNORECASE)
+    return int(m.group(1)) if m else None
+
+
+def ensure_vec_table(conn: apsw.Connection, dims: int) -> None:
+    """Create the sqlite-vec table with the cosine metric (D6); recreate it when dims change.
+
+    The caller must have loaded sqlite-vec on ``conn``. Rows are refilled from canonical vectors.
+    """
+    current = vec_table_dims(conn)
+    if current == dims:
+        return
+    with conn:
+        if current is not None:
+            conn.execute("DROP TABLE IF EXISTS memory_index_chunks_vec")
+        conn.execute(
+            f"CREATE VIRTUAL TABLE memory_index_chunks_vec USING vec0("
+            f"id TEXT PRIMARY KEY, embedding float[{int(dims)}] distance_metric=cosine)"
+        )
+        conn.execute(
+            "INSERT INTO memory_index_chunks_vec(id, embedding) SELECT id, embedding FROM memory_index_chunks"
+            " WHERE length(embedding) = ?",
+            (int(dims) * 4,),
+        )
+
+
+def read_revision(conn: apsw.Connection) -> int:
+    row = conn.execute("SELECT revision FROM memory_index_state WHERE id = 1").fetchone()
+    return int(row[0]) if row else 0
