@@ -1,0 +1,40 @@
+"""Shared fixtures: small workspaces and an autouse guard that closes what a test opened."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# One BLAS/OpenMP thread in the test process too: the machine has 2 cores.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+
+@pytest.fixture
+def state_home(tmp_path, monkeypatch):
+    """A private MEMORY_CORE_HOME so no test touches ~/.memory-core."""
+    home = tmp_path / "state"
+    home.mkdir()
+    monkeypatch.setenv("MEMORY_CORE_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """An empty agent workspace folder with a memory/ directory."""
+    ws = tmp_path / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    return ws
+
+
+@pytest.fixture(autouse=True)
+def _isolate_home(tmp_path, monkeypatch):
+    if "MEMORY_CORE_HOME" not in os.environ or not os.environ["MEMORY_CORE_HOME"].startswith(str(tmp_path)):
+        monkeypatch.setenv("MEMORY_CORE_HOME", str(tmp_path / "home"))
