@@ -126,6 +126,24 @@ class CursorExpired(MemoryCoreError):
     code = "cursor_expired"
 
 
+
+class AuthorityNotCurrent(MemoryCoreError):
+    """The caller, its audience, the provider handle or the plugin instance is no longer current; open again."""
+
+    code = "not_current"
+
+
+class ProviderContractError(MemoryCoreError):
+    """A memory provider broke the provider-runtime contract (missing method, invalid capabilities)."""
+
+    code = "provider_contract"
+
+
+class Aborted(MemoryCoreError):
+    """The caller's abort signal fired before the operation finished."""
+
+    code = "aborted"
+
 _BY_NAME: dict[str, type[MemoryCoreError]] = {}
 
 
