@@ -1,0 +1,748 @@
+"""memory-core configuration: one pydantic model tree with upstream's keys and defaults (spec §10).
+
+Attributes are snake_case; the accepted input keys are upstream's camelCase names (snake_case is
+accepted too). Values are clamped the way upstream's ``mergeConfig`` clamps them; values of the
+wrong type and negative counts are rejected with :class:`~memory_core.errors.ConfigError` naming
+the dotted key path, the allowed range and where the value came from.
+
+Layers, later wins: built-in defaults, the config file (TOML or JSON), ``MEMORY_CORE_*`` environment
+variables, then explicit overrides. See :func:`load_config`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from memory_core.errors import ConfigError
+
+DEFAULT_STATE_DIR = "~/.memory-core"
+DEFAULT_GATEWAY_PORT = 18789
+ENV_PREFIX = "MEMORY_CORE_"
+DEFAULT_VECTOR_WEIGHT = 0.7
+DEFAULT_TEXT_WEIGHT = 0.3
+DEFAULT_MMR_LAMBDA = 0.7
+DEFAULT_HALF_LIFE_DAYS = 30
+# Env vars with a fixed meaning; everything else under MEMORY_CORE_ uses the generic "__" form.
+SPECIAL_ENV: dict[str, tuple[str, ...]] = {
+    "MEMORY_CORE_HOME": ("stateDir",),
+    "MEMORY_CORE_PROVIDER": ("provider",),
+    "MEMORY_CORE_MODEL": ("model",),
+    "MEMORY_CORE_WORKSPACE": ("workspace",),
+    "MEMORY_CORE_GATEWAY_TOKEN": ("gateway", "token"),
+    "MEMORY_CORE_GATEWAY_PASSWORD": ("gateway", "password"),
+    "MEMORY_CORE_API_KEY": ("remote", "apiKey"),
+}
+# Keys whose values are free-form mappings: their own keys are data, not config keys.
+_DATA_KEYS = {"headers"}
+
+
+def _camel(name: str) -> str:
+    """snake_case (or already camelCase) -> camelCase; ``lambda_`` -> ``lambda``."""
+    name = name.rstrip("_")
+    parts = name.split("_")
+    return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:] if p)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, alias_generator=_camel, validate_default=False
+    )
+
+
+def _clamp(value: float, lo: float, hi: float) -> float:
+    return max(lo, min(hi, value))
+
+
+def _finite(value: float, default: float) -> float:
+    return value if math.isfinite(value) else default
+
+
+# --------------------------------------------------------------------------- sections
+
+
+class ExtraPath(_Model):
+    """An extra source: a folder, a file, or a folder plus a glob ``pattern``."""
+
+    path: str
+    pattern: str | None = None
+
+
+class Experimental(_Model):
+    session_memory: bool = False
+
+
+class RemoteBatch(_Model):
+    enabled: bool = False
+    wait: bool = True
+    concurrency: int = Field(2, ge=0)
+    poll_interval_ms: int = Field(2000, ge=0)
+    timeout_minutes: float = Field(60, ge=0)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _min_one(cls, v: int) -> int:
+        return max(1, v)
+
+
+class Remote(_Model):
+    base_url: str | None = None
+    api_key: str | None = Field(None, repr=False)
+    headers: dict[str, str] = Field(default_factory=dict)
+    batch: RemoteBatch = Field(default_factory=RemoteBatch)
+    non_batch_concurrency: int = Field(4, ge=1)
+    timeout_seconds: float = Field(120.0, gt=0)
+
+
+class Local(_Model):
+    model_path: str | None = None
+    model_cache_dir: str | None = None
+    context_size: int = Field(4096, ge=1)
+    threads: int = Field(1, ge=1)
+
+
+class Multimodal(_Model):
+    enabled: bool = False
+    modalities: list[Literal["image", "audio", "all"]] = Field(default_factory=list)
+    max_file_bytes: int = Field(10_000_000, ge=1)
+
+
+class Chunking(_Model):
+    tokens: int = Field(400, ge=1)
+    overlap: int = Field(80, ge=0)
+
+    @model_validator(mode="after")
+    def _clamp_overlap(self) -> Chunking:
+        self.overlap = int(_clamp(self.overlap, 0, max(0, self.tokens - 1)))
+        return self
+
+
+class SyncSessions(_Model):
+    delta_bytes: int = Field(100_000, ge=0)
+    delta_messages: int = Field(50, ge=0)
+    post_compaction_force: bool = True
+
+
+class Sync(_Model):
+    on_session_start: bool = True
+    on_search: bool = True
+    watch: bool = True
+    watch_debounce_ms: int = Field(1500, ge=0)
+    interval_minutes: float = Field(0, ge=0)
+    sessions: SyncSessions = Field(default_factory=SyncSessions)
+    embedding_batch_timeout_seconds: float | None = Field(None, gt=0)
+
+
+class Mmr(_Model):
+    enabled: bool = True  # D2
+    lambda_: float = Field(DEFAULT_MMR_LAMBDA, alias="lambda")
+
+    @field_validator("lambda_")
+    @classmethod
+    def _clamp_lambda(cls, v: float) -> float:
+        return _clamp(_finite(v, DEFAULT_MMR_LAMBDA), 0.0, 1.0)
+
+
+class TemporalDecay(_Model):
+    enabled: bool = True  # D2
+    half_life_days: float = DEFAULT_HALF_LIFE_DAYS
+
+    @field_validator("half_life_days")
+    @classmethod
+    def _floor_min_one(cls, v: float) -> int:
+        return max(1, math.floor(_finite(v, DEFAULT_HALF_LIFE_DAYS)))
+
+
+class Hybrid(_Model):
+    enabled: bool = True
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT
+    text_weight: float = DEFAULT_TEXT_WEIGHT
+    candidate_multiplier: float = 4
+    fusion: Literal["weighted", "rrf"] = "weighted"  # D7
+    rrf_k: int = Field(60, ge=1)
+    mmr: Mmr = Field(default_factory=Mmr)
+    temporal_decay: TemporalDecay = Field(default_factory=TemporalDecay)
+
+    @field_validator("candidate_multiplier")
+    @classmethod
+    def _clamp_multiplier(cls, v: float) -> int:
+        return int(_clamp(math.floor(_finite(v, 4)), 1, 20))
+
+    @model_validator(mode="after")
+    def _normalise_weights(self) -> Hybrid:
+        vw = _clamp(_finite(self.vector_weight, DEFAULT_VECTOR_WEIGHT), 0.0, 1.0)
+        tw = _clamp(_finite(self.text_weight, DEFAULT_TEXT_WEIGHT), 0.0, 1.0)
+        total = vw + tw
+        if total > 0:
+            self.vector_weight, self.text_weight = vw / total, tw / total
+        else:
+            self.vector_weight, self.text_weight = DEFAULT_VECTOR_WEIGHT, DEFAULT_TEXT_WEIGHT
+        return self
+
+
+class Query(_Model):
+    max_results: int = Field(6, ge=1)
+    min_score: float = 0.35
+    hybrid: Hybrid = Field(default_factory=Hybrid)
+
+    @field_validator("min_score")
+    @classmethod
+    def _clamp_min_score(cls, v: float) -> float:
+        return _clamp(_finite(v, 0.35), 0.0, 1.0)
+
+
+class Cache(_Model):
+    enabled: bool = True
+    max_entries: int | None = Field(50_000, ge=1)
+
+
+class Fts(_Model):
+    tokenizer: Literal["unicode61", "trigram"] = "unicode61"
+
+
+class Vector(_Model):
+    enabled: bool = True
+    extension_path: str | None = None
+    backend: Literal["auto", "sqlite-vec", "faiss", "numpy"] = "auto"
+
+
+class Store(_Model):
+    driver: Literal["sqlite"] = "sqlite"
+    path: str | None = None
+    fts: Fts = Field(default_factory=Fts)
+    vector: Vector = Field(default_factory=Vector)
+
+
+class Pool(_Model):
+    workers: int | None = Field(None, ge=0)  # None -> cpu count; 0 -> in-process
+    max_pending_tasks: int = Field(256, ge=1)
+    max_pending_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    task_timeout_s: float = Field(30.0, gt=0)
+    idle_timeout_s: float = Field(300.0, gt=0)
+    cursor_ttl_s: float = Field(60.0, gt=0)
+
+    def resolved_workers(self) -> int:
+        return (os.cpu_count() or 1) if self.workers is None else self.workers
+
+
+class Gateway(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_GATEWAY_PORT, ge=0, le=65535)
+    token: str | None = Field(None, repr=False)
+    password: str | None = Field(None, repr=False)
+    auth: Literal["token", "password", "none"] = "token"
+
+
+def _default_state_dir() -> str:
+    return os.path.expanduser(os.environ.get("MEMORY_CORE_HOME") or DEFAULT_STATE_DIR)
+
+
+# --------------------------------------------------------------------------- root
+
+
+class MemoryCoreConfig(_Model):
+    """The resolved memory-search settings for one agent (plus memory-core's own sections)."""
+
+    enabled: bool = True
+    workspace: str | None = None
+    agent_id: str = Field("main", min_length=1)
+    state_dir: str = Field(default_factory=_default_state_dir)
+    sessions_dir: str | None = None
+    sources: list[Literal["memory", "sessions"]] = Field(default_factory=lambda: ["memory"])
+    extra_paths: list[str | ExtraPath] = Field(default_factory=list)
+    experimental: Experimental = Field(default_factory=Experimental)
+    provider: str = "none"  # D4
+    model: str | None = None
+    fallback: str = "none"
+    remote: Remote = Field(default_factory=Remote)
+    local: Local = Field(default_factory=Local)
+    multimodal: Multimodal = Field(default_factory=Multimodal)
+    output_dimensionality: int | None = Field(None, ge=1)
+    input_type: str | None = None
+    query_input_type: str | None = None
+    document_input_type: str | None = None
+    remember_across_conversations: bool | None = None
+    chunking: Chunking = Field(default_factory=Chunking)
+    sync: Sync = Field(default_factory=Sync)
+    query: Query = Field(default_factory=Query)
+    cache: Cache = Field(default_factory=Cache)
+    store: Store = Field(default_factory=Store)
+    pool: Pool = Field(default_factory=Pool)
+    gateway: Gateway = Field(default_factory=Gateway)
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("state_dir", "workspace", "sessions_dir", mode="after")
+    @classmethod
+    def _expand_user(cls, v: str | None) -> str | None:
+        return os.path.expanduser(v) if v else v
+
+    @field_validator("provider", "fallback", mode="after")
+    @classmethod
+    def _norm_provider(cls, v: str) -> str:
+        v = v.strip().lower()
+        return v or "none"
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _split_sources(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [s.strip() for s in v.split(",") if s.strip()]
+        return v
+
+    @field_validator("extra_paths", mode="before")
+    @classmethod
+    def _split_extra_paths(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [s for s in v.split(os.pathsep)]
+        return v
+
+    @field_validator("extra_paths", mode="after")
+    @classmethod
+    def _dedupe_extra_paths(cls, v: list[str | ExtraPath]) -> list[str | ExtraPath]:
+        out: list[str | ExtraPath] = []
+        seen: set[str] = set()
+        for item in v:
+            if isinstance(item, str):
+                item = item.strip()
+                if not item:
+                    continue
+                key = item
+            else:
+                item = ExtraPath(path=item.path.strip(), pattern=item.pattern)
+                if not item.path:
+                    continue
+                key = json.dumps([item.path, item.pattern])
+            if key not in seen:
+                seen.add(key)
+                out.append(item)
+        return out
+
+    @model_validator(mode="after")
+    def _normalise_sources(self) -> MemoryCoreConfig:
+        # upstream normalizeSources: "sessions" only with experimental.sessionMemory; never empty.
+        out: list[Literal["memory", "sessions"]] = []
+        for s in self.sources or ["memory"]:
+            if s == "sessions" and not self.experimental.session_memory:
+                continue
+            if s not in out:
+                out.append(s)
+        self.sources = out or ["memory"]
+        return self
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def vectors_enabled(self) -> bool:
+        """Vectors are used only with a provider and ``store.vector.enabled`` (spec §3.4)."""
+        return self.provider != "none" and self.store.vector.enabled
+
+    @property
+    def candidate_limit(self) -> int:
+        """min(200, max(1, floor(maxResults x candidateMultiplier))) (spec §6.1 step 9)."""
+        return min(200, max(1, math.floor(self.query.max_results * self.query.hybrid.candidate_multiplier)))
+
+    def db_path(self, agent_id: str | None = None) -> str:
+        """The agent's SQLite file: ``store.path`` ({agentId} substituted) or ``<state_dir>/<id>.sqlite``.
+
+        Refuses (ConfigError) a path inside ``<workspace>/memory/``: the index must never become a source.
+        """
+        agent = agent_id or self.agent_id
+        if not agent or "/" in agent or "\\" in agent or agent in (".", ".."):
+            raise ConfigError(f"agent id {agent!r} cannot name a database file; use letters, digits, - or _")
+        if self.store.path:
+            raw = self.store.path.replace("{agentId}", agent)
+            path = os.path.abspath(os.path.expanduser(raw))
+            key = "store.path"
+        else:
+            path = os.path.abspath(os.path.join(os.path.expanduser(self.state_dir), f"{agent}.sqlite"))
+            key = "stateDir (MEMORY_CORE_HOME)"
+        if self.workspace:
+            mem_dir = os.path.realpath(os.path.join(os.path.expanduser(self.workspace), "memory"))
+            real = os.path.realpath(path)
+            if real == mem_dir or real.startswith(mem_dir + os.sep):
+                raise ConfigError(
+                    f"{key}: the index database {path} would be inside the workspace's memory/ folder "
+                    f"({mem_dir}); choose a path outside it (default: <MEMORY_CORE_HOME>/<agentId>.sqlite)"
+                )
+        return path
+
+    def for_agent(self, agent_id: str) -> MemoryCoreConfig:
+        """This config with ``agents.<agent_id>`` overrides merged per key (upstream ``mergeConfig``)."""
+        base = copy.deepcopy(self._raw) if self._raw else self.model_dump(by_alias=True, exclude={"agents"})
+        base.pop("agents", None)
+        override = _normalise_keys(self.agents.get(agent_id) or {})
+        merged = _merge_agent(base, override)
+        merged["agentId"] = agent_id
+        merged["agents"] = self.agents
+        origins = dict(self._origins)
+        for p in _leaf_paths(override):
+            origins[p] = f"agents.{agent_id} in " + self._origins.get(f"agents.{agent_id}", "the config")
+        return _validate(merged, origins, prefix_note=f"agent {agent_id!r}")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _normalise_keys(data: Any, *, under_data: bool = False) -> Any:
+    """Recursively camelCase mapping keys, leaving free-form data maps (headers, agent ids) alone."""
+    if isinstance(data, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            key = str(k) if under_data else _camel(str(k))
+            if key in _DATA_KEYS and not under_data:
+                out[key] = dict(v) if isinstance(v, Mapping) else v
+            elif key == "agents" and not under_data and isinstance(v, Mapping):
+                out[key] = {str(a): _normalise_keys(o) for a, o in v.items()}
+            else:
+                out[key] = _normalise_keys(v)
+        return out
+    if isinstance(data, list):
+        return [_normalise_keys(x) for x in data]
+    return data
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) and k not in _DATA_KEYS:
+            out[k] = _deep_merge(dict(out[k]), v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _merge_agent(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = _deep_merge(base, override)
+    # upstream concatenates extraPaths of defaults and agent, then de-duplicates (validator).
+    if "extraPaths" in override and "extraPaths" in base:
+        bp, op = base["extraPaths"], override["extraPaths"]
+        if isinstance(bp, list) and isinstance(op, list):
+            merged["extraPaths"] = list(bp) + list(op)
+    return merged
+
+
+def _leaf_paths(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k, v in data.items():
+        p = f"{prefix}{k}"
+        out.append(p)
+        if isinstance(v, Mapping) and k not in _DATA_KEYS:
+            out.extend(_leaf_paths(v, p + "."))
+    return out
+
+
+def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
+    """Accept ``{memory:{search:{...}}}`` (G2) and ``{agents:{defaults:{memorySearch}}}`` (G1) shapes."""
+    known = set(MemoryCoreConfig.model_fields) | {f.alias for f in MemoryCoreConfig.model_fields.values() if f.alias}
+    agents = doc.get("agents")
+    g1 = isinstance(agents, Mapping) and isinstance(agents.get("defaults"), Mapping) and (
+        "memorySearch" in agents["defaults"] or "list" in agents
+    )
+    mem = doc.get("memory")
+    g2 = isinstance(mem, Mapping) and isinstance(mem.get("search"), Mapping)
+    if not (g1 or g2):
+        return doc
+    base: dict[str, Any] = {k: v for k, v in doc.items() if k in known and k not in ("agents", "memory")}
+    overrides: dict[str, Any] = {}
+    if g2:
+        base = _deep_merge(base, mem["search"])
+        if isinstance(agents, Mapping):
+            for aid, a in agents.items():
+                if isinstance(a, Mapping) and isinstance(a.get("memory"), Mapping):
+                    search = a["memory"].get("search")
+                    if isinstance(search, Mapping):
+                        overrides[str(aid)] = dict(search)
+    if g1 and isinstance(agents, Mapping):
+        defaults = agents.get("defaults") or {}
+        if isinstance(defaults.get("memorySearch"), Mapping):
+            base = _deep_merge(base, defaults["memorySearch"])
+        for entry in agents.get("list") or []:
+            if isinstance(entry, Mapping) and entry.get("id") and isinstance(entry.get("memorySearch"), Mapping):
+                overrides[str(entry["id"])] = dict(entry["memorySearch"])
+    if overrides:
+        base["agents"] = _deep_merge(base.get("agents") or {}, overrides)
+    return base
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    p = Path(path).expanduser()
+    ext = p.suffix.lower()
+    if ext not in (".toml", ".json"):
+        raise ConfigError(
+            f"config file {p}: unsupported extension {ext or '(none)'!r}; use a .toml or .json file"
+        )
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; pass an existing .toml or .json file")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config file {p} cannot be read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {p} is not valid UTF-8 (byte {exc.start}); save it as UTF-8") from exc
+    if ext == ".toml":
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p}: TOML syntax error: {exc}") from exc
+    else:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"config file {p}: JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            ) from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {p}: the top level must be a table/object, not {type(doc).__name__}")
+    return doc
+
+
+def _env_value(raw: str) -> Any:
+    s = raw.strip()
+    if s[:1] in ("[", "{"):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    top_fields = {f.alias or n for n, f in MemoryCoreConfig.model_fields.items()}
+    layer: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        if name in SPECIAL_ENV:
+            path = SPECIAL_ENV[name]
+        else:
+            rest = name[len(ENV_PREFIX):]
+            path = tuple(_camel(part.lower()) for part in rest.split("__"))
+            if not path or path[0] not in top_fields:
+                continue  # other components' MEMORY_CORE_* variables (e.g. test or bench knobs)
+        node = layer
+        for part in path[:-1]:
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                nxt = node[part] = {}
+            node = nxt
+        node[path[-1]] = _env_value(env[name])
+        origins[".".join(path)] = f"environment variable {name}"
+    return layer, origins
+
+
+def _origin_for(path: str, origins: Mapping[str, str]) -> str:
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        hit = origins.get(".".join(parts[:i]))
+        if hit:
+            return hit
+    return "the built-in defaults"
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    simple = {
+        "int_parsing": "an integer",
+        "int_type": "an integer",
+        "int_from_float": "a whole number",
+        "float_parsing": "a number",
+        "float_type": "a number",
+        "bool_parsing": "a boolean (true/false)",
+        "bool_type": "a boolean (true/false)",
+        "string_type": "a string",
+        "list_type": "a list",
+        "dict_type": "a table/object",
+        "model_type": "a table/object",
+        "model_attributes_type": "a table/object",
+        "finite_number": "a finite number",
+    }
+    if kind in simple:
+        return f"must be {simple[kind]}"
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx.get('ge')}"
+    if kind == "greater_than":
+        return f"must be > {ctx.get('gt')}"
+    if kind == "less_than_equal":
+        return f"must be <= {ctx.get('le')}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    if kind == "extra_forbidden":
+        return "is not a known setting (check the spelling; keys are camelCase as in OpenClaw)"
+    if kind == "string_too_short":
+        return "must not be empty"
+    return str(err.get("msg", "is invalid"))
+
+
+def _loc_path(loc: tuple[Any, ...]) -> str:
+    out: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        elif str(part) in ("str", "ExtraPath", "function-after[_dedupe_extra_paths(), list[union[str,ExtraPath]]]"):
+            continue  # union branch names
+        elif "[" in str(part) and "(" in str(part):
+            continue
+        else:
+            seg = _camel(str(part))
+            out.append(("." if out else "") + seg)
+    return "".join(out)
+
+
+def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str = "") -> MemoryCoreConfig:
+    try:
+        cfg = MemoryCoreConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        seen: set[str] = set()
+        for err in exc.errors():
+            path = _loc_path(tuple(err.get("loc", ())))
+            if path in seen:
+                continue  # a union reports once per branch
+            seen.add(path)
+            value = err.get("input")
+            shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
+            if path.rsplit(".", 1)[-1] in ("apiKey", "token", "password") or ".headers" in path:
+                shown = ""  # never echo secrets
+            if path.startswith("extraPaths[") and path.endswith("]") and err.get("type") == "string_type":
+                lines.append(f"{path}: must be a path string or a {{path, pattern}} table{shown}; "
+                             f"set in {_origin_for('extraPaths', origins)}")
+                continue
+            lines.append(f"{path}: {_describe(err)}{shown}; set in {_origin_for(path.split('[')[0], origins)}")
+        where = f" for {prefix_note}" if prefix_note else ""
+        raise ConfigError(f"invalid configuration{where}: " + "; ".join(lines)) from None
+    cfg._raw = copy.deepcopy(data)
+    cfg._origins = dict(origins)
+    return cfg
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> MemoryCoreConfig:
+    """Defaults < TOML/JSON file < ``MEMORY_CORE_*`` env (``os.environ`` if None) < ``overrides``.
+
+    Invalid values raise ConfigError naming the camelCase key path, the allowed range and the origin.
+    """
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    if path is not None:
+        doc = _normalise_keys(_unwrap_upstream(_normalise_keys(_read_file(str(path)))))
+        data = _deep_merge(data, doc)
+        where = f"config file {Path(path).expanduser()}"
+        origins.update({p: where for p in _leaf_paths(doc)})
+        for aid in (doc.get("agents") or {}):
+            origins[f"agents.{aid}"] = where
+    env_doc, env_origins = _env_layer(env)
+    data = _deep_merge(data, _normalise_keys(env_doc))
+    origins.update(env_origins)
+    if overrides:
+        ov = _normalise_keys(dict(overrides))
+        data = _deep_merge(data, ov)
+        origins.update({p: "overrides" for p in _leaf_paths(ov)})
+    cfg = _validate(data, origins)
+    for aid in cfg.agents:
+        cfg.for_agent(aid)  # validate every agent's merged settings now, not at first use
+    if cfg.agent_id in cfg.agents:
+        cfg = cfg.for_agent(cfg.agent_id)
+    return cfg
+
+
+# --------------------------------------------------------------------------- index identity
+
+
+def _chunking_version() -> int:
+    try:
+        from host_facades.engine_indexing import CHUNKING_VERSION  # type: ignore[attr-defined]
+    except ImportError:
+        return 6
+    return int(CHUNKING_VERSION)
+
+
+def scope_hash(config: MemoryCoreConfig) -> str:
+    """sha256 of the extraPaths and multimodal settings (part of the index identity)."""
+    extra = [p if isinstance(p, str) else p.model_dump() for p in config.extra_paths]
+    payload = {"extraPaths": extra, "multimodal": config.multimodal.model_dump(by_alias=True)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def index_identity(config: MemoryCoreConfig, provider: Any | None) -> dict[str, Any]:
+    """The ``memory_index_meta_v1`` JSON for this config and embedding provider (None = FTS-only)."""
+    if provider is None:
+        prov, model, key, dims = "none", "fts-only", "", None
+    else:
+        prov = str(getattr(provider, "id", config.provider))
+        model = str(getattr(provider, "model", config.model or ""))
+        key = str(getattr(provider, "provider_key", ""))
+        dims = getattr(provider, "dims", None)
+    return {
+        "model": model,
+        "provider": prov,
+        "providerKey": key,
+        "sources": sorted(config.sources),
+        "scopeHash": scope_hash(config),
+        "chunkTokens": config.chunking.tokens,
+        "chunkOverlap": config.chunking.overlap,
+        "chunkingVersion": _chunking_version(),
+        "vectorDims": dims,
+        "ftsTokenizer": config.store.fts.tokenizer,
+        "provenanceVersion": 1,
+    }
+
+
+IDENTITY_KEYS = (
+    "model",
+    "provider",
+    "providerKey",
+    "sources",
+    "scopeHash",
+    "chunkTokens",
+    "chunkOverlap",
+    "chunkingVersion",
+    "vectorDims",
+    "ftsTokenizer",
+    "provenanceVersion",
+)
+
+
+def identity_mismatch(stored: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[str]:
+    """Keys whose values differ (all keys if nothing is stored); vectorDims only when both are set."""
+    if not stored:
+        return list(IDENTITY_KEYS)
+    out: list[str] = []
+    for key in IDENTITY_KEYS:
+        a, b = stored.get(key), current.get(key)
+        if key == "vectorDims" and (a is None or b is None):
+            continue
+        if key == "sources":
+            a = sorted(a) if isinstance(a, list) else a
+            b = sorted(b) if isinstance(b, list) else b
+        if a != b:
+            out.append(key)
+    return out
