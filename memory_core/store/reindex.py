@@ -1,0 +1,183 @@
+"""Atomic full reindex by file swap (spec §8.6, G1-style, decision D1).
+
+The new index is built into ``<db>.tmp-<uuid>`` (seeded with the live embedding cache), checkpointed
+and closed, then renamed over the live file. Readers that hold the old file keep reading it (POSIX
+keeps an unlinked inode alive); new readers open the new one. Any failure deletes the temp files and
+leaves the live database untouched and searchable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import glob
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from memory_core.errors import IndexBusy
+from memory_core.store.writer import IndexWriter
+
+T = TypeVar("T")
+
+TEMP_MAX_AGE_S = 10 * 60
+_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def lock_path(db_path: str) -> str:
+    return db_path + ".reindex.lock"
+
+
+@contextlib.contextmanager
+def reindex_lock(db_path: str) -> Iterator[None]:
+    """Hold the per-database reindex lock; raise :class:`IndexBusy` when another live process has it.
+
+    An advisory ``flock``: the kernel releases it when the holder dies, so a killed run never
+    leaves a stale lock behind.
+    """
+    parent = os.path.dirname(os.path.abspath(db_path))
+    os.makedirs(parent, exist_ok=True)
+    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                holder = ""
+                with contextlib.suppress(OSError, ValueError):
+                    holder = os.pread(fd, 64, 0).decode().strip()
+                raise IndexBusy(
+                    f"another process{f' (pid {holder})' if holder else ''} is reindexing {db_path}; "
+                    "wait for it to finish and retry"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: str, attempts: int = 10) -> None:
+    for attempt in range(1, attempts + 1):
+        try:
+            os.remove(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.EPERM, errno.EACCES) or attempt == attempts:
+                raise
+            time.sleep(0.05 * attempt)
+
+
+def _rename(src: str, dst: str, attempts: int = 6) -> None:
+    for attempt in range(1, attempts + 1):
+        try:
+            os.replace(src, dst)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.EPERM, errno.EACCES) or attempt == attempts:
+                raise
+            time.sleep(0.025 * attempt)
+
+
+def remove_db_files(path: str) -> None:
+    """Delete a database file and its sidecars (missing files are fine)."""
+    for suffix in ("", *_SIDECARS):
+        with contextlib.suppress(OSError):
+            _remove(path + suffix)
+
+
+def sweep_temp_files(db_path: str, *, max_age_s: float = TEMP_MAX_AGE_S, now: float | None = None) -> list[str]:
+    """Delete ``<db>.tmp-*`` / ``<db>.backup-*`` leftovers older than ``max_age_s``; returns them."""
+    now = time.time() if now is None else now
+    removed = []
+    for pattern in (glob.escape(db_path) + ".tmp-*", glob.escape(db_path) + ".backup-*"):
+        for path in glob.glob(pattern):
+            try:
+                if now - os.stat(path).st_mtime < max_age_s:
+                    continue
+                _remove(path)
+                removed.append(path)
+            except OSError:
+                continue
+    return removed
+
+
+def swap_into_place(temp_path: str, db_path: str) -> None:
+    """Rename ``temp_path`` over ``db_path`` after moving the target's -wal/-shm aside (with rollback)."""
+    backup = f"{db_path}.backup-{uuid.uuid4().hex}"
+    moved: list[tuple[str, str]] = []
+    try:
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(db_path + suffix):
+                _rename(db_path + suffix, backup + suffix)
+                moved.append((db_path + suffix, backup + suffix))
+        _rename(temp_path, db_path)
+    except BaseException:
+        for original, aside in reversed(moved):
+            with contextlib.suppress(OSError):
+                _rename(aside, original)
+        raise
+    for _original, aside in moved:
+        with contextlib.suppress(OSError):
+            _remove(aside)
+    for suffix in _SIDECARS:
+        with contextlib.suppress(OSError):
+            _remove(temp_path + suffix)
+
+
+def atomic_reindex(
+    db_path: str,
+    build: Callable[[IndexWriter], T],
+    *,
+    writer_options: dict | None = None,
+    before_swap: Callable[[], None] | None = None,
+    after_swap: Callable[[], None] | None = None,
+) -> T:
+    """Build a fresh index with ``build(temp_writer)`` and swap it in atomically.
+
+    ``build`` must raise on anything that should abort the rebuild (e.g. a failed scan); then the
+    temp files are removed and ``db_path`` is untouched. ``before_swap`` runs right before the
+    rename (the owner closes its live writer there); ``after_swap`` after it (reopen).
+    """
+    db_path = os.path.abspath(db_path)
+    with reindex_lock(db_path):
+        sweep_temp_files(db_path)
+        temp = f"{db_path}.tmp-{uuid.uuid4().hex}"
+        writer: IndexWriter | None = None
+        live_closed = False
+        try:
+            writer = IndexWriter(temp, **(writer_options or {}))
+            writer.seed_from(db_path)
+            result = build(writer)
+            writer.prune_cache()
+            integrity = writer.integrity_check()
+            if integrity != "ok":
+                raise RuntimeError(f"rebuilt index failed integrity_check: {integrity}")
+            writer.close(checkpoint=True)
+            writer = None
+            if before_swap is not None:
+                live_closed = True
+                before_swap()
+            swap_into_place(temp, db_path)
+        except BaseException:
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close(checkpoint=False)
+            remove_db_files(temp)
+            if live_closed and after_swap is not None:
+                after_swap()  # reopen the untouched live database
+            raise
+        if after_swap is not None:
+            after_swap()
+        return result

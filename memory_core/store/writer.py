@@ -1,0 +1,468 @@
+"""The single writer of a per-agent index database (spec §8.5).
+
+:class:`IndexWriter` owns the one read-write connection. Every mutation of the index goes through
+it: per-source atomic replace (one transaction per source), hash-guarded delete, session forget
+tombstones, index meta, and the embedding cache (it implements ``EmbeddingCacheStore``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apsw
+import numpy as np
+
+from host_facades.engine_indexing import chunk_id
+from host_facades.sqlite_ext import load_sqlite_vec
+from host_facades.vectors import decode_vector, encode_vector
+from memory_core.store import schema
+
+FTS_ONLY_MODEL = "fts-only"
+LAST_SYNC_KEY = "memory_index_last_sync_v1"
+_IN_BATCH = 500
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class IndexWriter:
+    """Owns the read-write connection; all index writes go through it.
+
+    ``replace_source`` runs in one transaction per source: a failure leaves that source's old rows
+    exactly as they were, and sources published before it stay published.
+    """
+
+    def __init__(
+        self,
+        db_path: str,
+        *,
+        fts_tokenizer: str = "unicode61",
+        vector_enabled: bool = True,
+        extension_path: str | None = None,
+        cache_enabled: bool = True,
+        cache_max_entries: int | None = None,
+    ) -> None:
+        self.db_path = os.path.abspath(db_path)
+        self.fts_tokenizer = fts_tokenizer
+        self.vector_enabled = vector_enabled
+        self.extension_path = extension_path
+        self.cache_enabled = cache_enabled
+        self.cache_max_entries = cache_max_entries
+        self.vector_available = False
+        self.vector_version: str | None = None
+        self.vector_error: str | None = None
+        self.fts_available = False
+        self.fts_error: str | None = None
+        self.conn: apsw.Connection | None = None
+        self._inode: tuple[int, int] | None = None
+        self._open()
+
+    # ------------------------------------------------------------------ connection
+    def _open(self) -> None:
+        parent = os.path.dirname(self.db_path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        conn = apsw.Connection(self.db_path)
+        schema.configure_connection(conn)
+        schema.migrate(conn)
+        self.fts_available, self.fts_error = schema.ensure_fts(conn, self.fts_tokenizer)
+        if self.vector_enabled:
+            ok, version, error = load_sqlite_vec(conn, self.extension_path)
+            self.vector_available, self.vector_version, self.vector_error = ok, version, error
+        else:
+            self.vector_available, self.vector_version, self.vector_error = False, None, None
+        self.conn = conn
+        self._inode = self._file_identity()
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.db_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _c(self) -> apsw.Connection:
+        """The connection, reopened first when the file was swapped underneath (atomic reindex)."""
+        if self.conn is None:
+            raise RuntimeError("IndexWriter is closed")
+        if self._file_identity() != self._inode:
+            self.conn.close()
+            self.conn = None
+            self._open()
+        assert self.conn is not None
+        return self.conn
+
+    def close(self, *, checkpoint: bool = True) -> None:
+        if self.conn is None:
+            return
+        try:
+            if checkpoint:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except apsw.Error:
+            pass
+        finally:
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self) -> IndexWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def revision(self) -> int:
+        return schema.read_revision(self._c())
+
+    @property
+    def vec_dims(self) -> int | None:
+        if not self.vector_available:
+            return None
+        return schema.vec_table_dims(self._c())
+
+    def indexed_hashes(self, source: str) -> dict[str, str]:
+        rows = self._c().execute("SELECT path, hash FROM memory_index_sources WHERE source = ?", (source,))
+        return {p: h for p, h in rows}
+
+    def indexed_stats(self, source: str) -> dict[str, tuple[float | None, int | None, str]]:
+        rows = self._c().execute(
+            "SELECT path, mtime, size, hash FROM memory_index_sources WHERE source = ?", (source,)
+        )
+        return {p: (m, s, h) for p, m, s, h in rows}
+
+    def counts(self) -> dict[str, Any]:
+        """Files and chunks per source, and whether any chunk carries a semantic vector."""
+        conn = self._c()
+        files = dict(conn.execute("SELECT source, count(*) FROM memory_index_sources GROUP BY source"))
+        chunks = dict(conn.execute("SELECT source, count(*) FROM memory_index_chunks GROUP BY source"))
+        return {
+            "files": sum(files.values()),
+            "chunks": sum(chunks.values()),
+            "files_by_source": files,
+            "chunks_by_source": chunks,
+            "has_indexed_chunks": bool(chunks),
+            "has_semantic_chunks": self.has_semantic_chunks(),
+        }
+
+    def has_semantic_chunks(self) -> bool:
+        row = self._c().execute(
+            "SELECT 1 FROM memory_index_chunks WHERE model != ? LIMIT 1", (FTS_ONLY_MODEL,)
+        ).fetchone()
+        return row is not None
+
+    # ------------------------------------------------------------------ meta
+    def read_meta(self) -> dict | None:
+        value = self.get_meta_value(schema.META_KEY)
+        if value is None:
+            return None
+        try:
+            meta = json.loads(value)
+        except ValueError:
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def write_meta(self, meta: dict) -> None:
+        self.set_meta_value(schema.META_KEY, json.dumps(meta, sort_keys=True))
+
+    def get_meta_value(self, key: str) -> str | None:
+        row = self._c().execute("SELECT value FROM memory_index_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta_value(self, key: str, value: str | None) -> None:
+        conn = self._c()
+        with conn:
+            if value is None:
+                conn.execute("DELETE FROM memory_index_meta WHERE key = ?", (key,))
+            else:
+                conn.execute(
+                    "INSERT INTO memory_index_meta(key, value) VALUES (?, ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )
+
+    # ------------------------------------------------------------------ publication
+    def is_forgotten(self, path: str, source: str = "sessions") -> bool:
+        row = self._c().execute(
+            "SELECT 1 FROM memory_index_forgotten WHERE source = ? AND path = ?", (source, path)
+        ).fetchone()
+        return row is not None
+
+    def replace_source(
+        self,
+        entry: Any,
+        chunks: Sequence[Any],
+        embeddings: np.ndarray | None,
+        model: str,
+    ) -> str:
+        """Replace every row of ``(entry.path, entry.source)`` with ``chunks`` in one transaction.
+
+        Returns ``"published"``, or ``"forgotten"`` (nothing written) for a tombstoned session.
+        ``embeddings`` is ``(len(chunks), dims)`` float32 or None for keyword-only (``model`` is
+        then normally ``"fts-only"``).
+        """
+        conn = self._c()
+        path, source = entry.path, entry.source
+        if embeddings is not None:
+            embeddings = np.asarray(embeddings, dtype=np.float32)
+            if embeddings.ndim != 2 or embeddings.shape[0] != len(chunks):
+                raise ValueError(
+                    f"embeddings shape {embeddings.shape} does not match {len(chunks)} chunks for {path}"
+                )
+        model = model or FTS_ONLY_MODEL
+        now = _now_ms()
+        chunk_rows: list[tuple] = []
+        recall_rows: list[tuple] = []
+        prov_rows: list[tuple] = []
+        vec_rows: list[tuple] = []
+        seen: set[str] = set()
+        for i, ch in enumerate(chunks):
+            cid = chunk_id(source, path, ch.start_line, ch.end_line, ch.hash, model)
+            if cid in seen:  # identical text at identical lines: one row is the same content
+                continue
+            seen.add(cid)
+            blob = encode_vector(embeddings[i]) if embeddings is not None else b""
+            chunk_rows.append((cid, path, source, ch.start_line, ch.end_line, ch.hash, model, ch.text, blob, now))
+            triggers = tuple(getattr(ch, "triggers", ()) or ())
+            importance = getattr(ch, "importance", None)
+            project_key = getattr(ch, "project_key", None)
+            if importance is not None or triggers or project_key is not None:
+                recall_rows.append((cid, importance, json.dumps(list(triggers), ensure_ascii=False), project_key))
+            prov_rows.append((
+                cid,
+                getattr(ch, "origin_class", "untrusted") or "untrusted",
+                getattr(ch, "session_kind", "unknown") or "unknown",
+                getattr(ch, "observed_at", None),
+                getattr(ch, "supersedes_key", None),
+            ))
+            if blob:
+                vec_rows.append((cid, blob))
+        dims = int(embeddings.shape[1]) if embeddings is not None and embeddings.size else None
+
+        with conn:
+            if source == "sessions" and self.is_forgotten(path, source):
+                return "forgotten"
+            self._delete_rows(conn, path, source)
+            if chunk_rows:
+                conn.executemany(
+                    "INSERT INTO memory_index_chunks(id, path, source, start_line, end_line, hash, model,"
+                    " text, embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    chunk_rows,
+                )
+            if recall_rows:
+                conn.executemany(
+                    "INSERT INTO memory_index_chunk_recall_metadata(chunk_id, importance, triggers, project_key)"
+                    " VALUES (?,?,?,?)",
+                    recall_rows,
+                )
+            if prov_rows:
+                conn.executemany(
+                    "INSERT INTO memory_index_chunk_provenance(chunk_id, origin_class, session_kind,"
+                    " observed_at, supersedes_key) VALUES (?,?,?,?,?)",
+                    prov_rows,
+                )
+            if vec_rows and dims:
+                if self.vector_available:
+                    if schema.vec_table_dims(conn) != dims:
+                        schema.ensure_vec_table(conn, dims)
+                        # ensure_vec_table refilled from canonical vectors, including rows above
+                        conn.execute(
+                            "DELETE FROM memory_index_chunks_vec WHERE id IN"
+                            " (SELECT id FROM memory_index_chunks WHERE path = ? AND source = ?)",
+                            (path, source),
+                        )
+                    conn.executemany("INSERT INTO memory_index_chunks_vec(id, embedding) VALUES (?, ?)", vec_rows)
+                else:
+                    conn.execute(
+                        "INSERT INTO memory_index_meta(key, value) VALUES (?, '1')"
+                        " ON CONFLICT(key) DO UPDATE SET value = '1'",
+                        (schema.VECTOR_REBUILD_KEY,),
+                    )
+            conn.execute(
+                "INSERT INTO memory_index_sources(path, source, hash, mtime, size) VALUES (?,?,?,?,?)"
+                " ON CONFLICT(path, source) DO UPDATE SET hash = excluded.hash, mtime = excluded.mtime,"
+                " size = excluded.size",
+                (path, source, entry.hash, float(entry.mtime_ms), int(entry.size)),
+            )
+        return "published"
+
+    def _delete_rows(self, conn: apsw.Connection, path: str, source: str) -> int:
+        """Delete a source's vec, chunk (FTS, recall and provenance follow) rows; not its sources row."""
+        if self._has_vec_table(conn):
+            conn.execute(
+                "DELETE FROM memory_index_chunks_vec WHERE id IN"
+                " (SELECT id FROM memory_index_chunks WHERE path = ? AND source = ?)",
+                (path, source),
+            )
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM memory_index_chunks WHERE path = ? AND source = ?", (path, source)
+        )]
+        if ids:
+            # recall/provenance cascade through foreign keys; explicit deletes keep it independent of PRAGMA state
+            conn.executemany("DELETE FROM memory_index_chunk_recall_metadata WHERE chunk_id = ?", [(i,) for i in ids])
+            conn.executemany("DELETE FROM memory_index_chunk_provenance WHERE chunk_id = ?", [(i,) for i in ids])
+            conn.execute("DELETE FROM memory_index_chunks WHERE path = ? AND source = ?", (path, source))
+        return len(ids)
+
+    def _has_vec_table(self, conn: apsw.Connection) -> bool:
+        if not self.vector_available:
+            return False
+        return schema.vec_table_dims(conn) is not None
+
+    def delete_source(self, path: str, source: str) -> int:
+        """Delete every row of ``(path, source)``; returns the number of chunks removed."""
+        conn = self._c()
+        with conn:
+            n = self._delete_rows(conn, path, source)
+            conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = ?", (path, source))
+        return n
+
+    def delete_if_current(self, path: str, source: str, expected_hash: str) -> bool:
+        """Delete ``(path, source)`` only when its indexed hash still equals ``expected_hash``."""
+        conn = self._c()
+        with conn:
+            row = conn.execute(
+                "SELECT hash FROM memory_index_sources WHERE path = ? AND source = ?", (path, source)
+            ).fetchone()
+            if row is None or row[0] != expected_hash:
+                return False
+            self._delete_rows(conn, path, source)
+            conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = ?", (path, source))
+        return True
+
+    def forget_session(self, path: str) -> int:
+        """Tombstone a session transcript and delete its rows; returns the number of chunks removed."""
+        conn = self._c()
+        with conn:
+            conn.execute(
+                "INSERT INTO memory_index_forgotten(source, path, forgotten_at) VALUES ('sessions', ?, ?)"
+                " ON CONFLICT(source, path) DO UPDATE SET forgotten_at = excluded.forgotten_at",
+                (path, _now_ms()),
+            )
+            n = self._delete_rows(conn, path, "sessions")
+            conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = 'sessions'", (path,))
+        return n
+
+    def forgotten_paths(self) -> list[tuple[str, str, int]]:
+        return [tuple(r) for r in self._c().execute(
+            "SELECT source, path, forgotten_at FROM memory_index_forgotten ORDER BY source, path"
+        )]
+
+    # ------------------------------------------------------------------ embedding cache
+    def get_many(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Cached vectors for ``hashes`` under one provider identity (EmbeddingCacheStore)."""
+        if not self.cache_enabled:
+            return {}
+        wanted = list(dict.fromkeys(hashes))
+        out: dict[str, np.ndarray] = {}
+        conn = self._c()
+        for i in range(0, len(wanted), _IN_BATCH):
+            part = wanted[i:i + _IN_BATCH]
+            marks = ",".join("?" * len(part))
+            for h, blob in conn.execute(
+                f"SELECT hash, embedding FROM memory_embedding_cache WHERE provider = ? AND model = ?"
+                f" AND provider_key = ? AND hash IN ({marks})",
+                (provider, model, provider_key, *part),
+            ):
+                vec = decode_vector(blob)
+                if vec.size:
+                    out[h] = vec
+        return out
+
+    def put_many(self, provider: str, model: str, provider_key: str, items: dict[str, np.ndarray]) -> None:
+        """Upsert vectors with ``updated_at = now`` and prune to ``cache_max_entries``."""
+        if not self.cache_enabled or not items:
+            return
+        now = _now_ms()
+        rows = []
+        for h, vec in items.items():
+            v = np.asarray(vec, dtype=np.float32).reshape(-1)
+            rows.append((provider, model, provider_key, h, encode_vector(v), int(v.size), now))
+        conn = self._c()
+        with conn:
+            conn.executemany(
+                "INSERT INTO memory_embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at)"
+                " VALUES (?,?,?,?,?,?,?) ON CONFLICT(provider, model, provider_key, hash) DO UPDATE SET"
+                " embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
+                rows,
+            )
+        self.prune_cache()
+
+    def prune_cache(self, max_entries: int | None = None) -> int:
+        """Delete the oldest cache rows (by ``updated_at``) above ``max_entries``; returns rows deleted."""
+        limit = self.cache_max_entries if max_entries is None else max_entries
+        if limit is None:
+            return 0
+        conn = self._c()
+        count = int(conn.execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
+        excess = count - int(limit)
+        if excess <= 0:
+            return 0
+        with conn:
+            conn.execute(
+                "DELETE FROM memory_embedding_cache WHERE rowid IN (SELECT rowid FROM memory_embedding_cache"
+                " ORDER BY updated_at ASC, rowid ASC LIMIT ?)",
+                (excess,),
+            )
+        return excess
+
+    def cache_count(self) -> int:
+        return int(self._c().execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
+
+    def seed_from(self, other_db_path: str, *, batch: int = 2000) -> int:
+        """Copy the embedding cache and forget tombstones of another index database into this one.
+
+        Used by the atomic reindex so unchanged text is not re-embedded and forgotten sessions stay
+        forgotten. Returns the number of cache rows copied; a missing or unreadable file copies nothing.
+        """
+        if not os.path.exists(other_db_path):
+            return 0
+        try:
+            src = apsw.Connection(other_db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        except apsw.Error:
+            return 0
+        copied = 0
+        conn = self._c()
+        try:
+            src.set_busy_timeout(5000)
+            names = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "memory_index_forgotten" in names:
+                rows = list(src.execute("SELECT source, path, forgotten_at FROM memory_index_forgotten"))
+                with conn:
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO memory_index_forgotten(source, path, forgotten_at) VALUES (?,?,?)", rows
+                    )
+            if self.cache_enabled and "memory_embedding_cache" in names:
+                cur = src.execute(
+                    "SELECT provider, model, provider_key, hash, embedding, dims, updated_at FROM memory_embedding_cache"
+                )
+                while True:
+                    rows = []
+                    for row in cur:
+                        rows.append(row)
+                        if len(rows) >= batch:
+                            break
+                    if not rows:
+                        break
+                    with conn:
+                        conn.executemany(
+                            "INSERT OR IGNORE INTO memory_embedding_cache(provider, model, provider_key, hash,"
+                            " embedding, dims, updated_at) VALUES (?,?,?,?,?,?,?)",
+                            rows,
+                        )
+                    copied += len(rows)
+                    if len(rows) < batch:
+                        break
+        except apsw.Error:
+            pass
+        finally:
+            src.close()
+        return copied
+
+    def integrity_check(self) -> str:
+        return str(self._c().execute("PRAGMA integrity_check").fetchone()[0])
