@@ -666,6 +666,8 @@ def load_config(
         ov = _normalise_keys(dict(overrides))
         data = _deep_merge(data, ov)
         origins.update({p: "overrides" for p in _leaf_paths(ov)})
+    # the state dir comes from the given env only (MEMORY_CORE_HOME above), never from os.environ
+    data.setdefault("stateDir", DEFAULT_STATE_DIR)
     cfg = _validate(data, origins)
     for aid in cfg.agents:
         cfg.for_agent(aid)  # validate every agent's merged settings now, not at first use
