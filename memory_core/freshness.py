@@ -1,0 +1,816 @@
+"""Keep the index fresh while serving: dirty state, debounce, interval, session deltas, cheap
+reconcile, one sync at a time, staleness (spec §1.3-1.4, §6.1 steps 3 and 5; provider-runtime §3.3).
+
+:class:`Freshness` is the per-agent sync scheduler. It is fed by the watcher
+(:mod:`memory_core.watcher`) and by searches (:meth:`Freshness.before_search`), and it runs syncs
+through one callable, ``sync_fn(paths, reason, force)``, on its own thread, one at a time;
+requests made while a sync runs join it (when it covers them) or are merged into the next one.
+
+What makes the index "behind" is tracked explicitly: the dirty paths (memory files from watch
+events, transcripts past their delta thresholds, archives at once), a "full" flag (a folder came or
+went, a watcher restart), and the paths the running sync is publishing. A search reports
+``stale``/``warning``/``action`` while anything is behind, while the index identity is paused, or
+while the last sync failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from memory_core.watcher import (
+    KIND_MEMORY,
+    KIND_ROOT,
+    KIND_SESSION,
+    KIND_TREE,
+    MemoryWatcher,
+    WatchEvent,
+    WatchTargets,
+    is_session_archive,
+)
+
+log = logging.getLogger(__name__)
+
+FULL_RECONCILE_INTERVAL_S = 15 * 60   # SESSION_PRUNE_RECONCILE_INTERVAL_MS
+_READ_BLOCK = 1 << 20
+
+SyncFn = Callable[[Sequence[str] | None, str, bool], Any]
+# abs path -> (mtime_ms | None, size | None) of every indexed source (memory and sessions)
+IndexedFn = Callable[[], dict[str, tuple[float | None, int | None]]]
+# -> (memory file abs paths, transcript abs paths) as the next sync would enumerate them
+ListFn = Callable[[], tuple[list[str], list[str]]]
+
+
+@dataclass(frozen=True)
+class FreshnessSettings:
+    """The ``sync.*`` keys (spec §10) plus memory-core's own timing knobs."""
+
+    watch: bool = True
+    watch_debounce_ms: int = 1500
+    interval_minutes: float = 0.0
+    on_search: bool = True
+    delta_bytes: int = 100_000
+    delta_messages: int = 50
+    full_reconcile_s: float = FULL_RECONCILE_INTERVAL_S
+    reconcile_min_interval_s: float = 1.0     # throttle of the pre-search reconcile while the watcher is healthy
+    health_check_s: float = 30.0              # background watcher check + cheap reconcile
+    retry_backoff_s: tuple[float, float] = (2.0, 300.0)
+
+    @classmethod
+    def from_config(cls, config: Any, **overrides: Any) -> "FreshnessSettings":
+        sync = config.sync
+        values = dict(
+            watch=bool(sync.watch),
+            watch_debounce_ms=int(sync.watch_debounce_ms),
+            interval_minutes=float(sync.interval_minutes or 0),
+            on_search=bool(sync.on_search),
+            delta_bytes=int(sync.sessions.delta_bytes),
+            delta_messages=int(sync.sessions.delta_messages),
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass
+class _SessionDelta:
+    offset: int = 0          # bytes of the file already accounted for
+    pending_bytes: int = 0
+    pending_messages: int = 0
+
+
+@dataclass
+class _Job:
+    paths: set[str] | None            # None = full enumeration
+    reasons: list[str]
+    force: bool = False
+    include_dirty: bool = False
+    future: Future = field(default_factory=Future)
+    known_changed: set[str] = field(default_factory=set)
+    full_changed: bool = False
+    started_at: float | None = None
+
+    def covers(self, paths: set[str] | None, force: bool) -> bool:
+        if force and not self.force:
+            return False
+        if self.paths is None:
+            return True
+        return paths is not None and paths <= self.paths
+
+
+def _stat(path: str) -> tuple[float, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns / 1e6, st.st_size)
+
+
+def count_newlines(path: str, start: int, end: int, *, stop_at: int | None = None) -> int:
+    """Newlines in bytes [start, end) of a file, read in 1 MiB blocks (never the whole file)."""
+    n = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        left = end - start
+        while left > 0:
+            block = fh.read(min(_READ_BLOCK, left))
+            if not block:
+                break
+            left -= len(block)
+            n += block.count(b"\n")
+            if stop_at is not None and n >= stop_at:
+                break
+    return n
+
+
+class Freshness:
+    """The per-agent sync scheduler; see the module docstring. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        sync_fn: SyncFn,
+        indexed_fn: IndexedFn,
+        list_fn: ListFn,
+        targets: WatchTargets,
+        settings: FreshnessSettings | None = None,
+        agent_id: str = "main",
+        paused_fn: Callable[[], str | None] | None = None,
+        forgotten_fn: Callable[[], Iterable[str]] | None = None,
+        action_command: str = "memory-core index",
+    ) -> None:
+        self.settings = settings or FreshnessSettings()
+        self.agent_id = agent_id
+        self.targets = targets
+        self._sync_fn = sync_fn
+        self._indexed_fn = indexed_fn
+        self._list_fn = list_fn
+        self._paused_fn = paused_fn
+        self._forgotten_fn = forgotten_fn
+        self._action_command = action_command
+
+        self._cond = threading.Condition(threading.RLock())
+        self._dirty_paths: set[str] = set()
+        self._dirty_full = False
+        self._dirty_reasons: set[str] = set()
+        self._debounce_deadline: float | None = None
+        self._retry_deadline: float | None = None
+        self._retry_delay = self.settings.retry_backoff_s[0]
+        self._next_interval: float | None = None
+        self._next_health: float | None = None
+        self._queued: _Job | None = None
+        self._running: _Job | None = None
+        self._sessions: dict[str, _SessionDelta] = {}
+        self._verified: dict[str, tuple[float, int] | None] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._bootstrapped = False
+        self._last_reconcile = 0.0
+        self._watcher_was_dead = False
+
+        self.watcher: MemoryWatcher | None = None
+        self.last_sync_at: float | None = None
+        self.last_sync_reason: str | None = None
+        self.last_sync_error: str | None = None
+        self.last_sync_error_at: float | None = None
+        self.last_full_sync_at: float | None = None       # monotonic
+        self.last_full_sync_wall: float | None = None
+        self.sync_count = 0
+        self.sync_log: deque[dict] = deque(maxlen=200)
+
+    # ------------------------------------------------------------------ construction from MemoryCore
+
+    @classmethod
+    def for_core(cls, core: Any, settings: FreshnessSettings | None = None) -> "Freshness":
+        """A scheduler over a :class:`memory_core.core.MemoryCore` (its sync, writer and sources)."""
+        from memory_core import sources as src
+
+        config = core.config
+        workspace = os.path.abspath(core.workspace)
+        with_sessions = "sessions" in (config.sources or [])
+        sessions_dir = _core_sessions_dir(core) if with_sessions else None
+        extra = list(config.extra_paths or [])
+        extra_raw = [e if isinstance(e, str) else {"path": e.path, "pattern": e.pattern} for e in extra]
+
+        def list_fn() -> tuple[list[str], list[str]]:
+            mem = [os.path.abspath(p) for p in src.list_memory_files(workspace, extra_raw)]
+            ses = [os.path.abspath(p) for p in src.list_session_files(sessions_dir)] if sessions_dir else []
+            return mem, ses
+
+        def indexed_fn() -> dict[str, tuple[float | None, int | None]]:
+            out: dict[str, tuple[float | None, int | None]] = {}
+            writer = _core_writer(core)
+            for source in ("memory", "sessions"):
+                for rel, row in writer.indexed_stats(source).items():
+                    out[_abs_for(rel, source, workspace, sessions_dir)] = (row[0], row[1])
+            return out
+
+        def forgotten_fn() -> list[str]:
+            writer = _core_writer(core)
+            return [_abs_for(p, s, workspace, sessions_dir) for s, p, _ in writer.forgotten_paths()]
+
+        def sync_fn(paths: Sequence[str] | None, reason: str, force: bool) -> Any:
+            return core.sync(reason=reason, force=force, paths=list(paths) if paths is not None else None)
+
+        def paused_fn() -> str | None:
+            fn = getattr(core, "identity_problem", None)
+            return fn() if callable(fn) else None
+
+        return cls(
+            sync_fn=sync_fn,
+            indexed_fn=indexed_fn,
+            list_fn=list_fn,
+            targets=WatchTargets.build(workspace, extra_raw, sessions_dir),
+            settings=settings or FreshnessSettings.from_config(config),
+            agent_id=core.agent_id,
+            paused_fn=paused_fn,
+            forgotten_fn=forgotten_fn,
+            action_command=f"memory-core index --agent {core.agent_id}",
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, *, watch: bool | None = None, catch_up: bool = True) -> "Freshness":
+        """Start the scheduler thread, the watcher (``sync.watch``) and the startup catch-up."""
+        self._ensure_thread()
+        now = time.monotonic()
+        with self._cond:
+            if self.settings.interval_minutes > 0 and self._next_interval is None:
+                self._next_interval = now + self.settings.interval_minutes * 60
+            self._next_health = now + self.settings.health_check_s
+        self._seed_session_offsets()
+        want_watch = self.settings.watch if watch is None else watch
+        if want_watch and self.watcher is None:
+            self.watcher = MemoryWatcher(
+                self.targets, self.on_watch_events, on_restart=self._on_watcher_restart, name=self.agent_id
+            )
+            self.watcher.start()
+        if catch_up:
+            # Startup catch-up: compare on-disk size/mtime with the indexed rows (spec §1.3).
+            changed = self.reconcile(sessions_by_delta=False)
+            if changed:
+                self._schedule(now=True)
+        with self._cond:
+            self._cond.notify_all()
+        return self
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the watcher and the scheduler; waits for a running sync to finish."""
+        if self.watcher is not None:
+            self.watcher.stop()
+        with self._cond:
+            self._closed = True
+            queued, self._queued = self._queued, None
+            self._cond.notify_all()
+        if queued is not None and not queued.future.done():
+            queued.future.cancel()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _ensure_thread(self) -> None:
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                if self._closed:
+                    return
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"memory-core-freshness-{self.agent_id}", daemon=True
+                )
+                self._thread.start()
+
+    # ------------------------------------------------------------------ inputs: watcher events
+
+    def on_watch_events(self, events: list[WatchEvent]) -> None:
+        """Watcher callback: mark paths dirty and restart the debounce (every event restarts it)."""
+        marked = False
+        for ev in events:
+            if ev.kind == KIND_MEMORY:
+                marked |= self._mark(ev.path, "watch")
+            elif ev.kind in (KIND_TREE, KIND_ROOT):
+                marked |= self._mark(None, "watch")
+            elif ev.kind == KIND_SESSION:
+                marked |= self._session_event(ev.path, deleted=ev.change == "deleted")
+        if marked:
+            self._schedule()
+
+    def _on_watcher_restart(self, reason: str) -> None:
+        # Events may have been lost between the old and the new watch: reconcile everything.
+        changed = self.reconcile(sessions_by_delta=True)
+        if changed:
+            self._schedule()
+
+    def mark_dirty(self, paths: Iterable[str] | None = None, *, reason: str = "manual") -> None:
+        """Mark paths (absolute) or, with None, everything dirty and schedule a debounced sync."""
+        if paths is None:
+            self._mark(None, reason)
+        else:
+            for p in paths:
+                self._mark(os.path.abspath(p), reason)
+        self._schedule()
+
+    def _mark(self, path: str | None, reason: str) -> bool:
+        with self._cond:
+            if path is None:
+                self._dirty_full = True
+            else:
+                self._dirty_paths.add(path)
+            self._dirty_reasons.add(reason)
+        return True
+
+    def _schedule(self, *, now: bool = False) -> None:
+        self._ensure_thread()
+        with self._cond:
+            delay = 0.0 if now else self.settings.watch_debounce_ms / 1000.0
+            self._debounce_deadline = time.monotonic() + delay
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ session deltas
+
+    def _threshold_reached(self, d: _SessionDelta) -> bool:
+        s = self.settings
+        if s.delta_bytes <= 0 and s.delta_messages <= 0:
+            return d.pending_bytes > 0 or d.pending_messages > 0
+        return (s.delta_bytes > 0 and d.pending_bytes >= s.delta_bytes) or (
+            s.delta_messages > 0 and d.pending_messages >= s.delta_messages
+        ) or (s.delta_bytes <= 0 and d.pending_bytes > 0) or (s.delta_messages <= 0 and d.pending_messages > 0)
+
+    def _session_event(self, path: str, *, deleted: bool) -> bool:
+        """Account appended bytes/newlines of a transcript; True when it became dirty."""
+        if is_session_archive(path):
+            return self._mark(path, "session-archive")
+        st = None if deleted else _stat(path)
+        with self._cond:
+            if st is None:
+                self._sessions.pop(path, None)
+                self._dirty_paths.add(path)
+                self._dirty_reasons.add("session-deleted")
+                return True
+            d = self._sessions.get(path)
+            if d is None:
+                d = self._sessions[path] = _SessionDelta()
+            size = st[1]
+            if size < d.offset:
+                # Rewritten or truncated: the appended-bytes model no longer holds.
+                d.offset = size
+                self._dirty_paths.add(path)
+                self._dirty_reasons.add("session-rewritten")
+                return True
+            if path in self._dirty_paths or self._threshold_reached(d):
+                d.pending_bytes += size - d.offset
+                d.offset = size
+                self._dirty_paths.add(path)
+                return False
+            start, d.offset = d.offset, size
+            d.pending_bytes += size - start
+            if size > start and not self._threshold_reached(d):
+                need = self.settings.delta_messages - d.pending_messages if self.settings.delta_messages > 0 else 1
+                try:
+                    d.pending_messages += count_newlines(path, start, size, stop_at=need)
+                except OSError:
+                    self._dirty_paths.add(path)
+                    return True
+            if self._threshold_reached(d):
+                self._dirty_paths.add(path)
+                self._dirty_reasons.add("session-delta")
+                return True
+        return False
+
+    def _seed_session_offsets(self) -> None:
+        """Baseline offsets: a transcript's indexed size (its content up to there is in the index)."""
+        if not self.targets.sessions_dir:
+            return
+        try:
+            indexed = self._indexed_fn()
+        except Exception:  # noqa: BLE001 - an unreadable index just means no baseline
+            return
+        prefix = self.targets.sessions_dir.rstrip(os.sep) + os.sep
+        with self._cond:
+            for path, (_mtime, size) in indexed.items():
+                if path.startswith(prefix) and size is not None and path not in self._sessions:
+                    self._sessions[path] = _SessionDelta(offset=int(size))
+
+    def _is_session_path(self, path: str) -> bool:
+        sd = self.targets.sessions_dir
+        return bool(sd) and os.path.dirname(path) == sd.rstrip(os.sep) and not is_session_archive(path)
+
+    def session_deltas(self) -> dict[str, dict[str, int]]:
+        with self._cond:
+            return {
+                p: {"offset": d.offset, "pendingBytes": d.pending_bytes, "pendingMessages": d.pending_messages}
+                for p, d in self._sessions.items()
+                if d.pending_bytes or d.pending_messages
+            }
+
+    # ------------------------------------------------------------------ cheap reconcile
+
+    def reconcile(self, *, sessions_by_delta: bool = True) -> list[str]:
+        """Stat the indexed sources and list the watched folders; mark what the watcher missed.
+
+        Returns the paths found changed (absolute; ``"*"`` when the listing changed shape).
+        Memory files are compared by size and mtime against the indexed row (or against the stat
+        recorded after a sync that covered them, so unindexable or forgotten files do not stay
+        dirty). Transcripts with ``sessions_by_delta`` go through the delta thresholds instead.
+        """
+        self._last_reconcile = time.monotonic()
+        try:
+            indexed = self._indexed_fn()
+            memory, sessions = self._list_fn()
+            forgotten = set(self._forgotten_fn()) if self._forgotten_fn else set()
+        except Exception as exc:  # noqa: BLE001 - a failed listing must never prune, only mark dirty
+            log.warning("memory reconcile failed: %s", exc)
+            self._mark(None, "reconcile-failed")
+            return ["*"]
+        with self._cond:
+            verified = dict(self._verified)
+        changed: list[str] = []
+        current = set(memory) | set(sessions)
+        session_set = set(sessions)
+        for path in sorted(current):
+            st = _stat(path)
+            if st is None:
+                if path in indexed:
+                    changed.append(path)
+                continue
+            if path in forgotten:
+                continue
+            if path in verified and verified[path] is not None and _same(verified[path], st):
+                continue
+            row = indexed.get(path)
+            if row is not None and _same(row, st):
+                continue
+            if path in session_set and sessions_by_delta and not is_session_archive(path):
+                with self._cond:
+                    d = self._sessions.get(path)
+                    unseen = d is None or d.offset != st[1]
+                if unseen and self._session_event(path, deleted=False):
+                    changed.append(path)
+                continue
+            changed.append(path)
+        for path in indexed:
+            if path not in current and path not in verified:
+                changed.append(path)
+            elif path not in current and verified.get(path) is not None:
+                changed.append(path)
+        for path in changed:
+            self._mark(path, "reconcile")
+        return changed
+
+    # ------------------------------------------------------------------ sync requests
+
+    def request_sync(
+        self, paths: Iterable[str] | None = None, *, reason: str = "manual", force: bool = False,
+        include_dirty: bool = True,
+    ) -> Future:
+        """Queue a sync (None = full); joins the running sync when it already covers the request."""
+        want = None if paths is None else {os.path.abspath(p) for p in paths}
+        self._ensure_thread()
+        with self._cond:
+            if self._closed:
+                fut: Future = Future()
+                fut.set_exception(RuntimeError("memory freshness scheduler is closed"))
+                return fut
+            running = self._running
+            if running is not None and not include_dirty and running.covers(want, force):
+                return running.future
+            job = self._queued
+            if job is None:
+                job = self._queued = _Job(paths=set() if want is not None else None, reasons=[])
+            if want is None:
+                job.paths = None
+            elif job.paths is not None:
+                job.paths |= want
+            job.force = job.force or force
+            job.include_dirty = job.include_dirty or include_dirty
+            if reason not in job.reasons:
+                job.reasons.append(reason)
+            self._cond.notify_all()
+            return job.future
+
+    def sync_now(self, paths: Iterable[str] | None = None, *, reason: str = "manual", force: bool = False,
+                 timeout: float | None = None) -> Any:
+        """Request a sync and wait for it; returns the sync's result (raises its error)."""
+        return self.request_sync(paths, reason=reason, force=force).result(timeout)
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until nothing is dirty, queued or running (True) or the timeout passes (False)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._running is not None or self._queued is not None or self._is_dirty_locked():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+            return True
+
+    # ------------------------------------------------------------------ the scheduler thread
+
+    def _loop(self) -> None:
+        while True:
+            job = self._next_job()
+            if job is None:
+                return
+            if job is _HEALTH:
+                self._health_tick()
+                continue
+            self._run_job(job)
+
+    def _next_job(self) -> Any:
+        with self._cond:
+            while True:
+                if self._closed:
+                    return None
+                now = time.monotonic()
+                job: _Job | None = None
+                if self._queued is not None:
+                    job, self._queued = self._queued, None
+                elif self._debounce_deadline is not None and now >= self._debounce_deadline:
+                    self._debounce_deadline = None
+                    if self._is_dirty_locked():
+                        job = _Job(paths=set(), reasons=["watch"], include_dirty=True)
+                elif self._retry_deadline is not None and now >= self._retry_deadline:
+                    self._retry_deadline = None
+                    if self._is_dirty_locked():
+                        job = _Job(paths=set(), reasons=["retry"], include_dirty=True)
+                elif self._next_interval is not None and now >= self._next_interval:
+                    self._next_interval = now + self.settings.interval_minutes * 60
+                    job = _Job(paths=None, reasons=["interval"], include_dirty=True)
+                elif self._next_health is not None and now >= self._next_health:
+                    self._next_health = now + self.settings.health_check_s
+                    return _HEALTH
+                if job is not None:
+                    self._materialize(job, now)
+                    self._running = job
+                    return job
+                deadlines = [d for d in (self._debounce_deadline, self._retry_deadline, self._next_interval,
+                                         self._next_health) if d is not None]
+                self._cond.wait(max(0.0, min(deadlines) - now) if deadlines else None)
+
+    def _materialize(self, job: _Job, now: float) -> None:
+        if job.include_dirty:
+            job.known_changed = set(self._dirty_paths)
+            job.full_changed = self._dirty_full
+            if job.paths is not None:
+                job.paths |= self._dirty_paths
+            if self._dirty_full:
+                job.paths = None
+            self._dirty_paths.clear()
+            self._dirty_full = False
+            self._dirty_reasons.clear()
+            self._debounce_deadline = None
+        if job.paths is not None and (
+            self.last_full_sync_at is None or now - self.last_full_sync_at >= self.settings.full_reconcile_s
+        ):
+            # Targeted syncs never go longer than 15 minutes without a full enumeration (which prunes).
+            job.paths = None
+        job.started_at = now
+
+    def _run_job(self, job: _Job) -> None:
+        reason = ",".join(job.reasons) or "sync"
+        if job.paths is None:
+            try:
+                memory, sessions = self._list_fn()
+                covered = set(memory) | set(sessions)
+            except Exception:  # noqa: BLE001
+                covered = set()
+            covered |= job.known_changed
+        else:
+            covered = set(job.paths)
+        before = {p: _stat(p) for p in covered}
+        t0 = time.monotonic()
+        error: BaseException | None = None
+        result: Any = None
+        try:
+            result = self._sync_fn(None if job.paths is None else sorted(job.paths), reason, job.force)
+        except BaseException as exc:  # noqa: BLE001 - recorded and re-raised through the future
+            error = exc
+        took = time.monotonic() - t0
+        with self._cond:
+            self.sync_count += 1
+            entry = {"reason": reason, "full": job.paths is None, "paths": None if job.paths is None else len(job.paths),
+                     "force": job.force, "ms": round(took * 1000, 1), "ok": error is None, "at": time.time()}
+            self.sync_log.append(entry)
+            if error is None:
+                self.last_sync_at = time.time()
+                self.last_sync_reason = reason
+                self.last_sync_error = None
+                self.last_sync_error_at = None
+                self._retry_delay = self.settings.retry_backoff_s[0]
+                if job.paths is None:
+                    self.last_full_sync_at = job.started_at
+                    self.last_full_sync_wall = self.last_sync_at
+                    self._verified = {}
+                for p, st in before.items():
+                    self._verified[p] = st
+                    d = self._sessions.get(p)
+                    if d is None and st is not None and self._is_session_path(p):
+                        d = self._sessions[p] = _SessionDelta()
+                    if d is not None:
+                        d.pending_bytes = 0
+                        d.pending_messages = 0
+                        if st is not None:
+                            d.offset = max(d.offset, st[1])
+                self._bootstrapped = True
+            else:
+                self.last_sync_error = f"{type(error).__name__}: {error}" if not str(error) else str(error)
+                self.last_sync_error_at = time.time()
+                # Whatever this sync was publishing is still behind: keep it dirty and retry later.
+                self._dirty_paths |= job.known_changed
+                if job.full_changed or job.paths is None:
+                    self._dirty_full = self._dirty_full or job.full_changed
+                if job.paths is not None:
+                    self._dirty_paths |= job.paths
+                self._retry_deadline = time.monotonic() + self._retry_delay
+                self._retry_delay = min(self.settings.retry_backoff_s[1], self._retry_delay * 2)
+                log.warning("memory sync (%s) failed: %s", reason, error)
+            self._running = None
+            self._cond.notify_all()
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
+
+    def _health_tick(self) -> None:
+        try:
+            self.check_watcher()
+            if self.reconcile(sessions_by_delta=True):
+                self._schedule()
+        except Exception:  # noqa: BLE001
+            log.exception("memory freshness health check failed")
+
+    # ------------------------------------------------------------------ search hooks
+
+    def check_watcher(self) -> bool:
+        """Restart a watcher that died; True when it had to be restarted."""
+        w = self.watcher
+        if w is None:
+            return False
+        state = w.state
+        if state in ("dead",):
+            self._watcher_was_dead = True
+            w.restart("watcher found dead")
+            return True
+        return False
+
+    def before_search(self) -> dict | None:
+        """Run before every search: notice a dead watcher, cheap reconcile, bootstrap an empty
+        index (forced sync, waited for), start a background sync when dirty (not waited for).
+
+        Returns the staleness of the index *as this search will see it*, or None when fresh.
+        """
+        restarted = self.check_watcher()
+        healthy = self.watcher is not None and self.watcher.healthy() and not restarted
+        if not healthy or time.monotonic() - self._last_reconcile >= self.settings.reconcile_min_interval_s:
+            self.reconcile(sessions_by_delta=True)
+        if not self._bootstrapped:
+            try:
+                indexed = self._indexed_fn()
+            except Exception:  # noqa: BLE001
+                indexed = {}
+            if not indexed:
+                memory, sessions = self._safe_list()
+                if memory or sessions:
+                    try:
+                        self.request_sync(None, reason="search", force=True).result()
+                    except Exception as exc:  # noqa: BLE001 - recorded in last_sync_error; reported as stale
+                        log.warning("bootstrap sync failed: %s", exc)
+            self._bootstrapped = True
+        # The answer's staleness is taken before the background sync starts: the search does not
+        # wait for it, so it must say that it may not see the newest content.
+        stale = self.staleness()
+        if self.settings.on_search and self.is_dirty():
+            self.request_sync([], reason="search")
+        return stale
+
+    def _safe_list(self) -> tuple[list[str], list[str]]:
+        try:
+            return self._list_fn()
+        except Exception:  # noqa: BLE001
+            return [], []
+
+    # ------------------------------------------------------------------ state
+
+    def _is_dirty_locked(self) -> bool:
+        return bool(self._dirty_paths) or self._dirty_full
+
+    def is_dirty(self) -> bool:
+        with self._cond:
+            return self._is_dirty_locked()
+
+    def is_behind(self) -> bool:
+        """Dirty, or a sync is publishing changes right now."""
+        with self._cond:
+            running = self._running
+            return self._is_dirty_locked() or (
+                running is not None and (bool(running.known_changed) or running.full_changed)
+            )
+
+    def pending_paths(self) -> list[str]:
+        with self._cond:
+            out = set(self._dirty_paths)
+            if self._running is not None:
+                out |= self._running.known_changed
+            return sorted(out)
+
+    def staleness(self) -> dict | None:
+        """Upstream ``resolveMemorySearchStaleness``: ``{stale: True, warning, action}`` or None."""
+        paused = None
+        if self._paused_fn is not None:
+            try:
+                paused = self._paused_fn()
+            except Exception as exc:  # noqa: BLE001
+                paused = str(exc)
+        if paused:
+            return {
+                "stale": True,
+                "warning": f"Memory index is stale: {paused}. Search results may be incomplete.",
+                "action": f"Run: {self._action_command} --force",
+            }
+        if self.last_sync_error:
+            return {
+                "stale": True,
+                "warning": f"Memory index is stale: {self.last_sync_error}. Search results may be incomplete.",
+                "action": f"Run: {self._action_command}",
+            }
+        if self.is_behind():
+            return {
+                "stale": True,
+                "warning": "Memory index is dirty. Search results may be incomplete.",
+                "action": f"Run: {self._action_command}",
+            }
+        return None
+
+    def status(self) -> dict:
+        """Fields for ``memory-core status``: dirty, last sync, error, pending paths, watcher."""
+        pending = self.pending_paths()
+        with self._cond:
+            running = self._running
+            return {
+                "dirty": self._is_dirty_locked(),
+                "behind": self.is_behind(),
+                "fullSyncPending": self._dirty_full,
+                "pendingPaths": [self._display(p) for p in pending[:100]],
+                "pendingCount": len(pending),
+                "syncRunning": running is not None,
+                "syncQueued": self._queued is not None,
+                "lastSyncAt": self.last_sync_at,
+                "lastSyncReason": self.last_sync_reason,
+                "lastSyncError": self.last_sync_error,
+                "lastSyncErrorAt": self.last_sync_error_at,
+                "lastFullSyncAt": self.last_full_sync_wall,
+                "syncCount": self.sync_count,
+                "sessionDeltas": {self._display(p): v for p, v in self.session_deltas().items()},
+                "watcher": self.watcher.status() if self.watcher is not None else {"state": "disabled"},
+                "settings": {
+                    "watch": self.settings.watch,
+                    "watchDebounceMs": self.settings.watch_debounce_ms,
+                    "intervalMinutes": self.settings.interval_minutes,
+                    "onSearch": self.settings.on_search,
+                    "deltaBytes": self.settings.delta_bytes,
+                    "deltaMessages": self.settings.delta_messages,
+                },
+            }
+
+    def _display(self, path: str) -> str:
+        sd = self.targets.sessions_dir
+        if sd and path.startswith(sd.rstrip(os.sep) + os.sep):
+            return "sessions/" + os.path.basename(path)
+        rel = os.path.relpath(path, self.targets.workspace)
+        return rel.replace(os.sep, "/")
+
+
+_HEALTH = object()
+
+
+def _same(row: tuple[float | None, int | None], st: tuple[float, int]) -> bool:
+    mtime, size = row
+    if size is not None and int(size) != st[1]:
+        return False
+    if mtime is not None and abs(float(mtime) - st[0]) > 1.0:
+        return False
+    return size is not None or mtime is not None
+
+
+def _abs_for(rel: str, source: str, workspace: str, sessions_dir: str | None) -> str:
+    if source == "sessions" and sessions_dir:
+        return os.path.join(sessions_dir, os.path.basename(rel))
+    return os.path.normpath(os.path.join(workspace, rel))
+
+
+def _core_writer(core: Any) -> Any:
+    for name in ("writer", "_writer"):
+        w = getattr(core, name, None)
+        if w is not None:
+            return w() if callable(w) and not hasattr(w, "indexed_stats") else w
+    raise AttributeError("MemoryCore exposes no index writer")
+
+
+def _core_sessions_dir(core: Any) -> str | None:
+    for name in ("sessions_dir", "_sessions_dir"):
+        v = getattr(core, name, None)
+        if isinstance(v, str):
+            return v
+    return core.config.sessions_dir
