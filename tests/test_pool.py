@@ -1,0 +1,220 @@
+"""The process worker pool: real worker processes, real pipes, real SIGKILLs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memory_core.errors import WorkerError, WorkerOverloaded, WorkerTimeout, WorkerUnavailable
+from workers.pool import InlinePool, WorkerPool, create_pools
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def pool():
+    p = WorkerPool("retrieval", 2, idle_timeout_s=None)
+    yield p
+    p.close(drain=False)
+
+
+def test_round_trip_values_and_worker_isolation(pool):
+    assert pool.run("ping", {"a": [1, 2.5, "x"]}) == {"a": [1, 2.5, "x"]}
+    info = pool.run("runtime_info")
+    assert info["pid"] != os.getpid()
+    assert info["env"] == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert info["faiss_threads"] == 1
+    assert not [m for m in info["modules"] if m.startswith("memory_core")]
+
+
+def test_task_errors_come_back_typed(pool):
+    with pytest.raises(WorkerError) as err:
+        pool.run("fail", {"message": "boom"})
+    assert (type(err.value), err.value.code, err.value.message) == (WorkerError, "failed", "ValueError: boom")
+    with pytest.raises(WorkerError, match="unknown worker task 'nope'"):
+        pool.run("nope")
+    # a coded task error maps to the memory_core error with that code
+    from memory_core.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="bad op"):
+        pool.run("fail", {"code": "invalid_request", "message": "bad op"})
+    assert pool.run("ping", 7) == 7  # the worker survived
+
+
+def test_killed_worker_fails_its_task_and_is_replaced(pool):
+    pool.prewarm(1)
+    fut = pool.submit("sleep", {"seconds": 30})
+    deadline = time.monotonic() + 5
+    while not pool.busy_pids() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    victim = pool.busy_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(WorkerUnavailable, match="exited .* while running task 'sleep'"):
+        fut.result(timeout=10)
+    assert pool.run("pid") != victim
+    assert victim not in pool.worker_pids()
+    assert pool.pending_tasks == 0
+
+
+def test_timeout_ends_the_worker(pool):
+    pool.prewarm(1)
+    before = set(pool.worker_pids())
+    t0 = time.monotonic()
+    with pytest.raises(WorkerTimeout, match="ran past its 0.3 s timeout"):
+        pool.run("sleep", {"seconds": 20}, timeout_s=0.3)
+    assert time.monotonic() - t0 < 3
+    time.sleep(0.2)
+    assert pool.run("ping", 1) == 1
+    assert pool.stats["timeouts"] == 1
+    assert len(set(pool.worker_pids()) & before) <= 1  # the timed-out worker is gone
+
+
+def test_cancel_running_task_ends_its_worker(pool):
+    pool.prewarm(1)
+    fut = pool.submit("sleep", {"seconds": 30})
+    while not pool.busy_pids():
+        time.sleep(0.01)
+    victim = pool.busy_pids()[0]
+    assert fut.cancel() is True
+    assert fut.cancelled()
+    deadline = time.monotonic() + 5
+    while victim in pool.worker_pids() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert victim not in pool.worker_pids()
+    assert pool.run("ping", 2) == 2
+    assert pool.pending_tasks == 0
+
+
+def test_admission_limits_fail_fast_with_overloaded():
+    p = WorkerPool("retrieval", 1, max_pending_tasks=2, max_pending_bytes=10_000, idle_timeout_s=None)
+    try:
+        a = p.submit("sleep", {"seconds": 0.5})
+        b = p.submit("sleep", {"seconds": 0.01})
+        t0 = time.monotonic()
+        with pytest.raises(WorkerOverloaded, match="worker task capacity reached"):
+            p.run("ping", 1)
+        with pytest.raises(WorkerOverloaded):
+            p.submit("ping", "x" * 20_000).result(timeout=1)
+        assert time.monotonic() - t0 < 0.2
+        assert (a.result(5), b.result(5)) == (0.5, 0.01)
+        assert p.run("ping", 3) == 3
+        assert p.stats["overloaded"] == 2
+    finally:
+        p.close()
+
+
+def test_bytes_limit_counts_payload_size():
+    p = WorkerPool("indexing", 1, max_pending_bytes=1000, idle_timeout_s=None)
+    try:
+        with pytest.raises(WorkerOverloaded):
+            p.run("ping", "y" * 2000)
+        assert p.run("ping", "y" * 100) == "y" * 100
+        assert p.pending_bytes == 0
+    finally:
+        p.close()
+
+
+def test_two_workers_run_in_parallel(pool):
+    pool.prewarm()
+    t0 = time.monotonic()
+    futs = [pool.submit("sleep", {"seconds": 0.4}) for _ in range(2)]
+    assert [f.result(5) for f in futs] == [0.4, 0.4]
+    assert time.monotonic() - t0 < 0.75
+    assert len(pool.worker_pids()) == 2
+
+
+def test_idle_workers_retire_and_come_back():
+    p = WorkerPool("retrieval", 1, idle_timeout_s=0.3)
+    try:
+        first = p.run("pid")
+        deadline = time.monotonic() + 5
+        while p.worker_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.worker_pids() == []
+        assert p.stats["retired_idle"] == 1
+        assert p.run("pid") != first
+    finally:
+        p.close()
+
+
+def test_restart_on_error_replaces_worker():
+    p = WorkerPool("retrieval", 1, restart_on_error=True, idle_timeout_s=None)
+    try:
+        first = p.run("pid")
+        with pytest.raises(WorkerError):
+            p.run("fail", {})
+        assert p.run("pid") != first
+    finally:
+        p.close()
+
+
+def test_close_drains_then_refuses():
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None)
+    futs = [p.submit("sleep", {"seconds": 0.1}) for _ in range(3)]
+    p.close()
+    assert [f.result(0) for f in futs] == [0.1, 0.1, 0.1]
+    with pytest.raises(WorkerUnavailable, match="closed"):
+        p.run("ping", 1)
+    assert p.worker_pids() == []
+
+
+def test_fork_start_method_is_refused():
+    with pytest.raises(ValueError, match="'fork' is not allowed"):
+        WorkerPool("retrieval", 1, start_method="fork")
+
+
+def test_spawn_start_method_works():
+    p = WorkerPool("retrieval", 1, start_method="spawn", idle_timeout_s=None)
+    try:
+        info = p.run("runtime_info")
+        assert info["env"]["OMP_NUM_THREADS"] == "1"
+        assert not [m for m in info["modules"] if m.startswith("memory_core")]
+    finally:
+        p.close()
+
+
+def test_inline_pool_runs_the_same_tasks_in_process():
+    retrieval, indexing = create_pools(0)
+    assert isinstance(retrieval, InlinePool) and isinstance(indexing, InlinePool)
+    assert retrieval.run("ping", [1]) == [1]
+    assert retrieval.run("pid") == os.getpid()
+    from memory_core.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest):
+        retrieval.run("fail", {"code": "invalid_request"})
+
+
+@pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "host_facades.engine_knn",
+                                    "host_facades.lexical", "host_facades.vector_search",
+                                    "host_facades.engine_indexing"])
+def test_worker_modules_import_no_owner_modules(module):
+    code = (
+        f"import sys, importlib; importlib.import_module({module!r});"
+        "bad = [m for m in ('memory_core.store.writer', 'memory_core.embeddings', 'memory_core.config')"
+        " if m in sys.modules]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_worker_does_not_reimport_owner_main(tmp_path):
+    # An owner whose __main__ imports owner-only modules (like the console script) must not make
+    # workers import them.
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import sys\nsys.path.insert(0, %r)\nimport memory_core.config\n"
+        "from workers.pool import WorkerPool\n"
+        "if __name__ == '__main__':\n"
+        "    p = WorkerPool('retrieval', 1)\n"
+        "    print(sorted(m for m in p.run('runtime_info')['modules'] if m.startswith('memory_core')))\n"
+        "    p.close()\n" % ROOT
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,694 @@
+"""The owner side of the process worker pool (spec §8.1-8.2; upstream ``WorkerTaskPool``).
+
+A :class:`WorkerPool` runs up to ``size`` worker processes (``multiprocess``, start method
+``forkserver`` by default or ``spawn``; never plain ``fork``). Each worker runs one task at a time
+and talks to the owner over its own duplex Pipe; one dispatcher thread waits on every pipe and
+process sentinel, so a round trip costs two small pickles and two thread hand-offs.
+
+- Admission: ``max_pending_tasks`` / ``max_pending_bytes`` (queued + running, bytes = pickled
+  payload size) fail fast with :class:`~memory_core.errors.WorkerOverloaded`.
+- Timeout and cancellation: a running task past its deadline, or cancelled through its future,
+  ends its worker (SIGKILL); the pool starts a replacement on demand.
+- A worker that dies mid-task fails that task with :class:`~memory_core.errors.WorkerUnavailable`.
+- Idle workers retire after ``idle_timeout_s``; ``restart_on_error`` replaces a worker after a
+  failed task; ``close()`` drains queued and running tasks, then stops the workers.
+
+Workers never import ``memory_core``: the target is :func:`workers.runtime.worker_main`, and the
+parent's ``__main__`` is not re-imported in workers (see :class:`_IsolatedForkServerPopen`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import os
+import pickle
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import multiprocess
+from multiprocess import connection as mp_connection
+
+from memory_core.errors import (
+    MemoryCoreError,
+    WorkerError,
+    WorkerOverloaded,
+    WorkerTimeout,
+    WorkerUnavailable,
+    error_from_data,
+)
+
+DEFAULT_MAX_PENDING_TASKS = 1024
+DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+INDEXING_MAX_PENDING_BYTES = 256 * 1024 * 1024
+DEFAULT_IDLE_TIMEOUT_S = 30 * 60.0
+FORKSERVER_PRELOAD = ["workers.runtime", "numpy", "workers.tasks"]
+
+_CODE_TO_ERROR: dict[str, type[WorkerError]] = {
+    "unavailable": WorkerUnavailable,
+    "timeout": WorkerTimeout,
+    "overloaded": WorkerOverloaded,
+    "failed": WorkerError,
+}
+
+
+def error_from_reply(error: dict[str, Any]) -> MemoryCoreError:
+    """Rebuild the typed owner-side error for a worker's ``{"code", "message"}`` error data."""
+    code = str(error.get("code") or "failed")
+    message = str(error.get("message") or "worker task failed")
+    cls = _CODE_TO_ERROR.get(code)
+    if cls is not None:
+        return cls(message)
+    if error.get("type"):
+        return error_from_data(error)
+    from memory_core import errors as _errors
+
+    for candidate in vars(_errors).values():
+        if isinstance(candidate, type) and issubclass(candidate, MemoryCoreError) and candidate.code == code:
+            return candidate(message)
+    return WorkerError(message, code=code)
+
+
+def value_from_reply(reply: dict[str, Any]) -> Any:
+    """The value of an ``{"ok": True, "value"}`` reply, or raise the rebuilt typed error."""
+    if reply.get("ok"):
+        return reply.get("value")
+    raise error_from_reply(reply.get("error") or {})
+
+
+# --- process creation --------------------------------------------------------------------------
+
+_context_lock = threading.Lock()
+_contexts: dict[str, Any] = {}
+
+
+def _get_context(start_method: str):
+    if start_method == "fork":
+        raise ValueError("start_method 'fork' is not allowed (threads and faiss may already run); "
+                         "use 'forkserver' or 'spawn'")
+    with _context_lock:
+        ctx = _contexts.get(start_method)
+        if ctx is None:
+            ctx = multiprocess.get_context(start_method)
+            if start_method == "forkserver":
+                ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+            _contexts[start_method] = ctx
+        return ctx
+
+
+def _strip_main(prep: dict) -> dict:
+    # A worker must not re-run the owner's __main__ (e.g. the `memory-core` console script, which
+    # imports the CLI, the config loader and the writer).
+    prep.pop("init_main_from_path", None)
+    prep.pop("init_main_from_name", None)
+    return prep
+
+
+def _make_process(ctx, start_method: str, target, args, name: str):
+    from workers import runtime
+
+    if start_method == "forkserver":
+        return runtime.ForkServerWorkerProcess(target=target, args=args, name=name, daemon=True)
+    if start_method == "spawn":
+        return runtime.SpawnWorkerProcess(target=target, args=args, name=name, daemon=True)
+    raise ValueError(f"unknown start_method {start_method!r}; use 'forkserver' or 'spawn'")
+
+
+from multiprocess import forkserver as _mp_forkserver  # noqa: E402
+from multiprocess import popen_forkserver as _mp_popen_forkserver  # noqa: E402
+from multiprocess import popen_spawn_posix as _mp_popen_spawn  # noqa: E402
+from multiprocess import spawn as _mp_spawn  # noqa: E402
+from multiprocess import util as _mp_util  # noqa: E402
+from multiprocess.context import reduction as _mp_reduction  # noqa: E402
+from multiprocess.context import set_spawning_popen as _mp_set_spawning_popen  # noqa: E402
+
+
+class IsolatedForkServerPopen(_mp_popen_forkserver.Popen):
+    """``popen_forkserver.Popen`` whose child does not re-import the owner's ``__main__``."""
+
+    def _launch(self, process_obj):  # mirrors multiprocess.popen_forkserver.Popen._launch
+        import io
+
+        prep_data = _strip_main(_mp_spawn.get_preparation_data(process_obj._name))
+        buf = io.BytesIO()
+        _mp_set_spawning_popen(self)
+        try:
+            _mp_reduction.dump(prep_data, buf)
+            _mp_reduction.dump(process_obj, buf)
+        finally:
+            _mp_set_spawning_popen(None)
+        self.sentinel, w = _mp_forkserver.connect_to_new_process(self._fds)
+        _parent_w = os.dup(w)
+        self.finalizer = _mp_util.Finalize(self, _mp_util.close_fds, (_parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = _mp_forkserver.read_signed(self.sentinel)
+
+
+class IsolatedSpawnPopen(_mp_popen_spawn.Popen):
+    """``popen_spawn_posix.Popen`` whose child does not re-import the owner's ``__main__``."""
+
+    _patch_lock = threading.Lock()
+
+    def _launch(self, process_obj):
+        with IsolatedSpawnPopen._patch_lock:
+            orig = _mp_spawn.get_preparation_data
+            _mp_spawn.get_preparation_data = lambda n: _strip_main(orig(n))
+            try:
+                super()._launch(process_obj)
+            finally:
+                _mp_spawn.get_preparation_data = orig
+
+
+# --- pool --------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Task:
+    id: int
+    name: str
+    data: bytes
+    nbytes: int
+    future: "TaskFuture"
+    deadline: float | None
+    timeout_s: float | None
+    slot: "_Slot | None" = None
+    done: bool = False
+
+
+@dataclass(eq=False)
+class _Slot:
+    index: int
+    state: str = "starting"  # starting | idle | busy | retiring
+    proc: Any = None
+    conn: Any = None
+    task: _Task | None = None
+    idle_since: float = field(default_factory=time.monotonic)
+    tasks_run: int = 0
+
+
+class TaskFuture(concurrent.futures.Future):
+    """A task's future; ``cancel()`` also works on a running task (its worker is ended)."""
+
+    def __init__(self, pool: "WorkerPool") -> None:
+        super().__init__()
+        self._pool = pool
+        self._task: _Task | None = None
+
+    def cancel(self) -> bool:
+        if self.done():
+            return False
+        task = self._task
+        if task is None:
+            return super().cancel()
+        return self._pool._cancel(task)
+
+
+class WorkerPool:
+    """A bounded pool of worker processes; each runs one task at a time (spec §8.1)."""
+
+    def __init__(
+        self,
+        name: str = "retrieval",
+        size: int | None = None,
+        *,
+        max_pending_tasks: int = DEFAULT_MAX_PENDING_TASKS,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        task_timeout_s: float | None = None,
+        idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
+        restart_on_error: bool = False,
+        start_method: str = "forkserver",
+    ) -> None:
+        size = os.cpu_count() or 1 if size is None else size
+        for key, value in (("size", size), ("max_pending_tasks", max_pending_tasks),
+                           ("max_pending_bytes", max_pending_bytes)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"WorkerPool {key} must be a positive integer, got {value!r}")
+        self.name = name
+        self.size = size
+        self.max_pending_tasks = max_pending_tasks
+        self.max_pending_bytes = max_pending_bytes
+        self.task_timeout_s = task_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.restart_on_error = restart_on_error
+        self.start_method = start_method
+        self._ctx = _get_context(start_method)
+        self._lock = threading.RLock()
+        self._idle_cv = threading.Condition(self._lock)
+        self._queue: deque[_Task] = deque()
+        self._slots: list[_Slot] = []
+        self._slot_ids = itertools.count(1)
+        self._task_ids = itertools.count(1)
+        self._pending_tasks = 0
+        self._pending_bytes = 0
+        self._closing = False
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._wake_at = float("inf")
+        self.stats = {"started": 0, "replaced": 0, "retired_idle": 0, "timeouts": 0, "cancelled": 0,
+                      "died": 0, "overloaded": 0, "completed": 0}
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name=f"worker-pool-{name}", daemon=True)
+        self._dispatcher.start()
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def submit(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> TaskFuture:
+        """Queue ``task_name(payload)``; the future holds the value or a typed Worker* error."""
+        future = TaskFuture(self)
+        tid = next(self._task_ids)
+        data = pickle.dumps(("task", tid, task_name, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        timeout = self.task_timeout_s if timeout_s is None else timeout_s
+        to_start: list[_Slot] = []
+        with self._lock:
+            if self._closing:
+                future.set_exception(WorkerUnavailable(f"worker pool {self.name!r} is closed"))
+                return future
+            if self._pending_tasks >= self.max_pending_tasks or self._pending_bytes + len(data) > self.max_pending_bytes:
+                self.stats["overloaded"] += 1
+                future.set_exception(WorkerOverloaded(
+                    f"worker task capacity reached in pool {self.name!r} ({self._pending_tasks} tasks, "
+                    f"{self._pending_bytes} bytes pending; limits {self.max_pending_tasks} tasks, "
+                    f"{self.max_pending_bytes} bytes); retry later"))
+                return future
+            deadline = time.monotonic() + timeout if timeout else None
+            task = _Task(tid, task_name, data, len(data), future, deadline, timeout)
+            future._task = task
+            self._pending_tasks += 1
+            self._pending_bytes += len(data)
+            self._queue.append(task)
+            to_start = self._dispatch_locked()
+            if deadline is not None and deadline < self._wake_at:
+                self._wake()
+        for slot in to_start:
+            self._start_slot(slot)
+        return future
+
+    def run(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> Any:
+        """Submit and wait; returns the value or raises the typed error."""
+        return self.submit(task_name, payload, timeout_s=timeout_s).result()
+
+    def broadcast(self, control: str, payload: Any) -> int:
+        """Send a control message (no reply) to every live worker; returns how many got it."""
+        data = pickle.dumps(("ctl", control, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        sent = 0
+        with self._lock:
+            for slot in self._slots:
+                if slot.state in ("idle", "busy") and slot.conn is not None:
+                    try:
+                        slot.conn.send_bytes(data)
+                        sent += 1
+                    except OSError:
+                        pass
+        return sent
+
+    def prewarm(self, workers: int | None = None) -> None:
+        """Start workers now instead of on the first task."""
+        to_start = []
+        with self._lock:
+            want = min(self.size, workers or self.size)
+            while len(self._slots) < want and not self._closing:
+                slot = _Slot(next(self._slot_ids))
+                self._slots.append(slot)
+                to_start.append(slot)
+        for slot in to_start:
+            self._start_slot(slot)
+
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return [s.proc.pid for s in self._slots if s.proc is not None and s.state in ("idle", "busy")]
+
+    def busy_pids(self) -> list[int]:
+        with self._lock:
+            return [s.proc.pid for s in self._slots if s.proc is not None and s.state == "busy"]
+
+    @property
+    def pending_tasks(self) -> int:
+        return self._pending_tasks
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
+    def close(self, *, drain: bool = True, timeout_s: float = 30.0) -> None:
+        """Refuse new tasks; finish queued and running ones (``drain``), then stop every worker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closing = True
+            if drain:
+                end = time.monotonic() + timeout_s
+                while self._pending_tasks and time.monotonic() < end:
+                    self._idle_cv.wait(timeout=max(0.0, end - time.monotonic()))
+            queued = list(self._queue)
+            self._queue.clear()
+            for task in queued:
+                self._finish(task, exc=WorkerUnavailable(f"worker pool {self.name!r} closed before the task ran"))
+            running = [s.task for s in self._slots if s.task is not None]
+            for task in running:
+                self._finish(task, exc=WorkerUnavailable(f"worker pool {self.name!r} closed while the task ran"))
+            slots = list(self._slots)
+            for slot in slots:
+                if slot.state == "idle" and slot.conn is not None:
+                    try:
+                        slot.conn.send_bytes(pickle.dumps(("exit",)))
+                    except OSError:
+                        pass
+                slot.state = "retiring"
+            self._closed = True
+            self._wake()
+        for slot in slots:
+            if slot.proc is not None:
+                slot.proc.join(timeout=2.0)
+                if slot.proc.is_alive():
+                    slot.proc.kill()
+                    slot.proc.join(timeout=2.0)
+        self._dispatcher.join(timeout=5.0)
+        with self._lock:
+            for slot in slots:
+                self._dispose(slot)
+            self._slots.clear()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- internals (callers hold self._lock unless noted) ------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _dispatch_locked(self) -> list[_Slot]:
+        """Hand queued tasks to idle workers; returns new slots the caller must start (unlocked)."""
+        to_start: list[_Slot] = []
+        if self._closed:
+            return to_start
+        while self._queue:
+            slot = next((s for s in self._slots if s.state == "idle"), None)
+            if slot is None:
+                starting = sum(1 for s in self._slots if s.state == "starting")
+                if starting < len(self._queue) and len(self._slots) < self.size and not self._closing:
+                    slot = _Slot(next(self._slot_ids))
+                    self._slots.append(slot)
+                    to_start.append(slot)
+                    continue
+                break
+            task = self._queue.popleft()
+            slot.state = "busy"
+            slot.task = task
+            task.slot = slot
+            try:
+                slot.conn.send_bytes(task.data)
+            except OSError as exc:
+                slot.task = None
+                task.slot = None
+                self._finish(task, exc=WorkerUnavailable(f"worker of pool {self.name!r} is gone ({exc}); retry"))
+                self._kill(slot)
+        return to_start
+
+    def _start_slot(self, slot: _Slot) -> None:
+        """Start a worker process for ``slot`` (called without the lock; may take tens of ms)."""
+        try:
+            parent, child = mp_connection.Pipe(duplex=True)
+            from workers.runtime import worker_main
+
+            proc = _make_process(self._ctx, self.start_method, worker_main, (child, self.name),
+                                 f"memory-core-{self.name}-{slot.index}")
+            proc.start()
+            child.close()
+        except Exception as exc:  # noqa: BLE001
+            with self._lock:
+                if slot in self._slots:
+                    self._slots.remove(slot)
+                if self._queue and not any(s.state in ("idle", "starting", "busy") for s in self._slots):
+                    task = self._queue.popleft()
+                    self._finish(task, exc=WorkerUnavailable(f"could not start a worker for pool {self.name!r}: {exc}"))
+            return
+        with self._lock:
+            self.stats["started"] += 1
+            slot.proc = proc
+            slot.conn = parent
+            if self._closed or slot.state == "retiring":
+                proc.kill()
+                return
+            slot.state = "idle"
+            slot.idle_since = time.monotonic()
+            to_start = self._dispatch_locked()
+            self._wake()  # the dispatcher must watch the new pipe and sentinel
+        for extra in to_start:
+            self._start_slot(extra)
+
+    def _finish(self, task: _Task, *, value: Any = None, exc: BaseException | None = None) -> None:
+        if task.done:
+            return
+        task.done = True
+        task.data = b""
+        self._pending_tasks -= 1
+        self._pending_bytes -= task.nbytes
+        if self._pending_tasks == 0:
+            self._idle_cv.notify_all()
+        fut = task.future
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            self.stats["completed"] += 1
+            fut.set_result(value)
+
+    def _kill(self, slot: _Slot) -> None:
+        slot.state = "retiring"
+        if slot.proc is not None and slot.proc.pid:
+            try:
+                os.kill(slot.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
+                pass
+
+    def _dispose(self, slot: _Slot) -> None:
+        if slot in self._slots:
+            self._slots.remove(slot)
+        if slot.conn is not None:
+            try:
+                slot.conn.close()
+            except OSError:
+                pass
+            slot.conn = None
+
+    def _cancel(self, task: _Task) -> bool:
+        with self._lock:
+            if task.done:
+                return False
+            self.stats["cancelled"] += 1
+            if task in self._queue:
+                self._queue.remove(task)
+                self._finish_cancelled(task)
+                return True
+            slot = task.slot
+            self._finish_cancelled(task)
+            if slot is not None:
+                slot.task = None
+                self._kill(slot)
+                self._wake()
+            return True
+
+    def _finish_cancelled(self, task: _Task) -> None:
+        task.done = True
+        task.data = b""
+        self._pending_tasks -= 1
+        self._pending_bytes -= task.nbytes
+        if self._pending_tasks == 0:
+            self._idle_cv.notify_all()
+        concurrent.futures.Future.cancel(task.future)
+
+    def _on_reply(self, slot: _Slot) -> None:
+        try:
+            data = slot.conn.recv_bytes()
+        except (EOFError, OSError):
+            self._on_death(slot)
+            return
+        task_id, reply = pickle.loads(data)
+        task = slot.task
+        if task is None or task.id != task_id:
+            return  # reply of a cancelled task whose worker is being ended
+        slot.task = None
+        slot.tasks_run += 1
+        ok = bool(reply.get("ok"))
+        if ok:
+            self._finish(task, value=reply.get("value"))
+        else:
+            self._finish(task, exc=error_from_reply(reply.get("error") or {}))
+        if not ok and self.restart_on_error:
+            self._retire(slot)
+            return
+        if slot.state == "busy":
+            slot.state = "idle"
+            slot.idle_since = time.monotonic()
+
+    def _retire(self, slot: _Slot) -> None:
+        slot.state = "retiring"
+        try:
+            slot.conn.send_bytes(pickle.dumps(("exit",)))
+        except OSError:
+            self._kill(slot)
+
+    def _on_death(self, slot: _Slot) -> None:
+        task = slot.task
+        code = slot.proc.exitcode if slot.proc is not None else None
+        if task is not None:
+            slot.task = None
+            self.stats["died"] += 1
+            self._finish(task, exc=WorkerUnavailable(
+                f"worker process of pool {self.name!r} exited (code {code}) while running task "
+                f"{task.name!r}; the pool replaces it, retry the request"))
+        if slot.state != "retiring" or task is not None:
+            self.stats["replaced"] += 1
+        slot.state = "dead"
+        if slot.proc is not None:
+            slot.proc.join(timeout=1.0)
+        self._dispose(slot)
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed and not any(s.proc is not None and s.state != "dead" for s in self._slots):
+                    return
+                watched: dict[Any, tuple[str, _Slot]] = {}
+                for slot in self._slots:
+                    if slot.conn is not None and slot.state in ("idle", "busy", "retiring"):
+                        watched[slot.conn] = ("conn", slot)
+                    if slot.proc is not None and slot.state != "dead":
+                        watched[slot.proc.sentinel] = ("sentinel", slot)
+                now = time.monotonic()
+                wake_at = float("inf")
+                for slot in self._slots:
+                    if slot.task is not None and slot.task.deadline is not None:
+                        wake_at = min(wake_at, slot.task.deadline)
+                    if slot.state == "idle" and self.idle_timeout_s:
+                        wake_at = min(wake_at, slot.idle_since + self.idle_timeout_s)
+                for task in self._queue:
+                    if task.deadline is not None:
+                        wake_at = min(wake_at, task.deadline)
+                if self._closed:
+                    wake_at = min(wake_at, now + 0.05)
+                self._wake_at = wake_at
+            timeout = None if wake_at == float("inf") else max(0.0, wake_at - now)
+            ready = mp_connection.wait(list(watched) + [self._wake_r], timeout)
+            to_start: list[_Slot] = []
+            with self._lock:
+                if self._wake_r in ready:
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except OSError:
+                        pass
+                # replies before deaths: a worker may reply and then exit
+                for obj in ready:
+                    kind_slot = watched.get(obj)
+                    if kind_slot and kind_slot[0] == "conn" and kind_slot[1].conn is obj:
+                        self._on_reply(kind_slot[1])
+                for obj in ready:
+                    kind_slot = watched.get(obj)
+                    if kind_slot and kind_slot[0] == "sentinel" and kind_slot[1].state != "dead":
+                        self._on_death(kind_slot[1])
+                self._expire_locked(time.monotonic())
+                to_start = self._dispatch_locked()
+            for slot in to_start:
+                threading.Thread(target=self._start_slot, args=(slot,), daemon=True).start()
+
+    def _expire_locked(self, now: float) -> None:
+        for slot in list(self._slots):
+            task = slot.task
+            if task is not None and task.deadline is not None and now >= task.deadline:
+                self.stats["timeouts"] += 1
+                slot.task = None
+                self._finish(task, exc=WorkerTimeout(
+                    f"task {task.name!r} ran past its {task.timeout_s:g} s timeout in pool {self.name!r}; "
+                    "its worker was ended"))
+                self._kill(slot)
+            elif (slot.state == "idle" and self.idle_timeout_s and not self._closing
+                  and now - slot.idle_since >= self.idle_timeout_s):
+                self.stats["retired_idle"] += 1
+                self._retire(slot)
+        for task in list(self._queue):
+            if task.deadline is not None and now >= task.deadline:
+                self._queue.remove(task)
+                self.stats["timeouts"] += 1
+                self._finish(task, exc=WorkerTimeout(
+                    f"task {task.name!r} waited past its {task.timeout_s:g} s timeout in pool {self.name!r}"))
+
+
+class InlinePool:
+    """``pool.workers = 0``: the same task functions, run synchronously in the owner process."""
+
+    def __init__(self, name: str = "inline") -> None:
+        from workers import tasks
+
+        self.name = name
+        self.size = 0
+        self._tasks = tasks
+        self.context = tasks.WorkerContext(pool_name=name)
+        self._lock = threading.Lock()
+
+    def submit(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            fut.set_result(self.run(task_name, payload))
+        except Exception as exc:  # noqa: BLE001
+            fut.set_exception(exc)
+        return fut
+
+    def run(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> Any:
+        fn = self._tasks.TASKS.get(task_name)
+        if fn is None:
+            raise WorkerError(f"unknown worker task {task_name!r}")
+        try:
+            return fn(payload, self.context)
+        except self._tasks.TaskError as exc:
+            raise error_from_reply({"code": exc.code, "message": str(exc)}) from exc
+
+    def broadcast(self, control: str, payload: Any) -> int:
+        handler = self._tasks.CONTROLS.get(control)
+        if handler is not None:
+            handler(payload, self.context)
+        return 1
+
+    def worker_pids(self) -> list[int]:
+        return []
+
+    def close(self, **_: Any) -> None:
+        self.context.cache.drop_database(None)
+
+
+def create_pools(
+    workers: int | None = None,
+    *,
+    max_pending_tasks: int = DEFAULT_MAX_PENDING_TASKS,
+    max_pending_bytes: int | None = None,
+    task_timeout_s: float | None = None,
+    idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
+) -> "tuple[WorkerPool | InlinePool, WorkerPool | InlinePool]":
+    """The two pools of spec §8.2: ``(retrieval, indexing)``; ``workers=0`` gives inline pools."""
+    n = os.cpu_count() or 1 if workers is None else workers
+    if n == 0:
+        return InlinePool("retrieval"), InlinePool("indexing")
+    retrieval = WorkerPool("retrieval", n, max_pending_tasks=max_pending_tasks,
+                           max_pending_bytes=max_pending_bytes or DEFAULT_MAX_PENDING_BYTES,
+                           task_timeout_s=task_timeout_s, idle_timeout_s=idle_timeout_s)
+    indexing = WorkerPool("indexing", n, max_pending_tasks=max_pending_tasks,
+                          max_pending_bytes=max_pending_bytes or INDEXING_MAX_PENDING_BYTES,
+                          task_timeout_s=task_timeout_s, idle_timeout_s=idle_timeout_s)
+    return retrieval, indexing

@@ -1,0 +1,85 @@
+"""Owner-side adapter: run a search's retrieval through a pool on one leased generation.
+
+:class:`PooledRetriever` is what the search engine calls instead of opening its own reader:
+``retrieve(ops, metadata="hits")`` sends every retrieval op plus the metadata read as ONE
+``retrieve`` task (one read transaction = one generation, see memory_core/generations.py),
+holds a lease for the duration, and keeps workers' derived state down to the current generation
+plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same task function runs
+in-process, so results are identical.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from memory_core.generations import GenerationLeases
+from workers.pool import InlinePool, WorkerPool
+
+
+class PooledRetriever:
+    """Retrieval for one database file through ``pool`` with generation leases."""
+
+    def __init__(self, db_path: str, pool: "WorkerPool | InlinePool", *,
+                 leases: GenerationLeases | None = None, timeout_s: float | None = None) -> None:
+        self.db_path = db_path
+        self.pool = pool
+        self.timeout_s = timeout_s
+        self.leases = leases or GenerationLeases()
+        if self.leases.on_last_release is None:
+            self.leases.on_last_release = self._on_last_release
+        self._lock = threading.Lock()
+        self.current: dict[str, int] = {}  # newest revision seen per database identity
+        self.current_db_id: str | None = None
+
+    def retrieve(self, ops: list[dict], *, metadata: Any = "hits", hold: dict | None = None,
+                 timeout_s: float | None = None) -> dict:
+        """Run ``ops`` (see ``workers.tasks.retrieve``) on one generation; returns its result dict."""
+        lease = self.leases.acquire()
+        try:
+            db_id = self.current_db_id
+            keep = sorted(self.leases.leased_revisions(db_id)) if db_id else []
+            payload: dict[str, Any] = {"db_path": self.db_path, "ops": ops, "metadata": metadata, "keep": keep}
+            if hold:
+                payload["hold"] = hold
+            result = self.pool.run("retrieve", payload, timeout_s=timeout_s or self.timeout_s)
+            if result.get("db_id") is not None:
+                lease.bind(result["db_id"], int(result["revision"]))
+                self._saw(result["db_id"], int(result["revision"]))
+            return result
+        finally:
+            lease.release()
+
+    def index_state(self) -> dict:
+        return self.pool.run("index_state", {"db_path": self.db_path}, timeout_s=self.timeout_s)
+
+    def _saw(self, db_id: str, revision: int) -> None:
+        changed = False
+        old_db = None
+        with self._lock:
+            if self.current_db_id != db_id:
+                old_db, self.current_db_id = self.current_db_id, db_id
+                changed = True
+            if revision > self.current.get(db_id, -1):
+                self.current[db_id] = revision
+                changed = True
+        if changed:
+            if old_db is not None and not self.leases.leased_revisions(old_db):
+                self.pool.broadcast("drop", {"db_id": old_db})
+            self._broadcast_retain(db_id)
+
+    def _broadcast_retain(self, db_id: str) -> None:
+        keep = self.leases.leased_revisions(db_id)
+        cur = self.current.get(db_id)
+        if cur is not None:
+            keep.add(cur)
+        self.pool.broadcast("retain", {"db_id": db_id, "keep": sorted(keep)})
+
+    def _on_last_release(self, db_id: str, revision: int, still_leased: set[int]) -> None:
+        # The last lease on an old generation ended: workers may drop its derived state now.
+        if db_id != self.current_db_id:
+            if not still_leased:
+                self.pool.broadcast("drop", {"db_id": db_id})
+            return
+        if revision != self.current.get(db_id):
+            self._broadcast_retain(db_id)

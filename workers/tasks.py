@@ -1,0 +1,339 @@
+"""Worker task functions. Imports only the standard library, numpy and ``host_facades``.
+
+Every task is ``fn(payload: dict, ctx: WorkerContext) -> plain data``. The same functions run in
+the owner process when the pool is disabled (``pool.workers = 0``), which is what makes pooled
+and in-process results identical. Tasks that read SQLite open the database read-only per task and
+close it in ``finally``; all reads of one task happen in one read transaction, i.e. on one
+generation, and the task reports that generation (``revision``) and the file identity.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from host_facades import engine_knn
+from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot
+from host_facades.vectors import decode_vector
+
+
+class TaskError(Exception):
+    """A task failure with a stable code; crosses the process boundary as ``{"code", "message"}``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class WorkerContext:
+    """Per-process state that outlives one task: the derived per-generation vector state."""
+
+    pool_name: str = "inline"
+    cache: DerivedStateCache = field(default_factory=DerivedStateCache)
+    tasks_run: int = 0
+
+
+TASKS: dict[str, Callable[[Any, WorkerContext], Any]] = {}
+CONTROLS: dict[str, Callable[[Any, WorkerContext], None]] = {}
+
+
+def task(name: str):
+    def deco(fn):
+        TASKS[name] = fn
+        return fn
+
+    return deco
+
+
+def control(name: str):
+    def deco(fn):
+        CONTROLS[name] = fn
+        return fn
+
+    return deco
+
+
+# --- diagnostics and CPU tasks (pool tests, prewarm) ------------------------------------------
+
+
+@task("ping")
+def ping(payload: Any, ctx: WorkerContext) -> Any:
+    return payload
+
+
+@task("pid")
+def pid(payload: Any, ctx: WorkerContext) -> int:
+    return os.getpid()
+
+
+@task("sleep")
+def sleep(payload: dict, ctx: WorkerContext) -> float:
+    time.sleep(float(payload.get("seconds", 0)))
+    return float(payload.get("seconds", 0))
+
+
+@task("spin")
+def spin(payload: dict, ctx: WorkerContext) -> int:
+    """Pure-Python CPU work (sum of squares below ``n``): a stand-in for chunk preparation cost."""
+    n = int(payload.get("n", 100_000))
+    return sum(i * i for i in range(n))
+
+
+@task("fail")
+def fail(payload: dict, ctx: WorkerContext) -> None:
+    code = payload.get("code")
+    if code:
+        raise TaskError(str(code), str(payload.get("message", "requested failure")))
+    raise ValueError(str(payload.get("message", "requested failure")))
+
+
+@task("runtime_info")
+def runtime_info(payload: Any, ctx: WorkerContext) -> dict:
+    """What a worker has loaded and how its threads are pinned (checked by the isolation tests)."""
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "modules": sorted(m for m in sys.modules if m.startswith(("memory_core", "workers", "host_facades"))),
+        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
+        "derived_keys": [list(k) for k in ctx.cache.keys()],
+        "tasks_run": ctx.tasks_run,
+    }
+    if "faiss" in sys.modules:
+        info["faiss_threads"] = int(sys.modules["faiss"].omp_get_max_threads())
+    return info
+
+
+@control("retain")
+def retain_control(payload: dict, ctx: WorkerContext) -> None:
+    """Owner says: of database ``db_id`` keep only revisions ``keep`` (current + leased)."""
+    ctx.cache.retain(payload["db_id"], payload.get("keep", ()))
+
+
+@control("drop")
+def drop_control(payload: dict, ctx: WorkerContext) -> None:
+    ctx.cache.drop_database(payload.get("db_id"))
+
+
+# --- read-only SQLite tasks -------------------------------------------------------------------
+
+
+@task("index_state")
+def index_state(payload: dict, ctx: WorkerContext) -> dict:
+    """Revision, identity and counts of the index; an absent database is an empty state (§8.3)."""
+    db_path = payload["db_path"]
+    if not os.path.exists(db_path):
+        return {"exists": False, "db_id": None, "revision": 0, "chunks": 0, "vectors": 0}
+    conn = open_readonly(db_path, load_vec=False)
+    try:
+        with read_snapshot(conn) as revision:
+            chunks, vectors = conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE length(embedding) > 0) FROM memory_index_chunks"
+            ).fetchone()
+        return {"exists": True, "db_id": db_identity(db_path), "revision": revision,
+                "chunks": int(chunks), "vectors": int(vectors)}
+    finally:
+        conn.close()
+
+
+METADATA_SQL = (
+    "SELECT c.id, c.path, c.start_line, c.end_line, c.text, c.source, c.model, c.hash, c.updated_at,"
+    " m.importance, m.triggers, m.project_key, p.origin_class, p.session_kind, p.observed_at,"
+    " p.supersedes_key, s.mtime"
+    " FROM memory_index_chunks c"
+    " LEFT JOIN memory_index_chunk_recall_metadata m ON m.chunk_id = c.id"
+    " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
+    " LEFT JOIN memory_index_sources s ON s.path = c.path AND s.source = c.source"
+    " WHERE c.id IN ({marks})"
+)
+METADATA_FIELDS = (
+    "id", "path", "start_line", "end_line", "text", "source", "model", "hash", "updated_at",
+    "importance", "triggers", "project_key", "origin_class", "session_kind", "observed_at",
+    "supersedes_key", "source_mtime",
+)
+
+
+def read_metadata(conn, ids: list[str]) -> dict[str, dict]:
+    """Chunk rows plus recall metadata/provenance/source mtime for ``ids``, in the current txn.
+
+    Ids of chunks that no longer exist (e.g. removed by a concurrent forget) are simply absent.
+    """
+    out: dict[str, dict] = {}
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), 500):
+        batch = unique[start:start + 500]
+        sql = METADATA_SQL.format(marks=",".join("?" * len(batch)))
+        for row in conn.execute(sql, batch):
+            out[row[0]] = dict(zip(METADATA_FIELDS, row))
+    return out
+
+
+def _op_fts_raw(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
+    """Plain FTS5 MATCH ordered by bm25 rank: the raw baseline, no query building or boosts."""
+    rows = conn.execute(
+        "SELECT c.id, bm25(memory_index_chunks_fts) AS rank FROM memory_index_chunks_fts"
+        " JOIN memory_index_chunks c ON c.chunk_rowid = memory_index_chunks_fts.rowid"
+        " WHERE memory_index_chunks_fts MATCH ? ORDER BY rank LIMIT ?",
+        (op["query"], int(op.get("limit", 10))),
+    ).fetchall()
+    return [(r[0], float(r[1])) for r in rows]
+
+
+def _op_keyword(conn, op: dict, ctx: WorkerContext, env: dict) -> Any:
+    from host_facades import lexical  # H4
+
+    return lexical.keyword_search(conn, **op.get("args", {}))
+
+
+def _op_path(conn, op: dict, ctx: WorkerContext, env: dict) -> Any:
+    from host_facades import lexical  # H4
+
+    return lexical.path_search(conn, **op.get("args", {}))
+
+
+def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
+    """Cosine top-k over the generation's vectors of one model (faiss/numpy on derived state)."""
+    qvec = op["qvec"]
+    q = decode_vector(qvec) if isinstance(qvec, (bytes, bytearray)) else np.asarray(qvec, dtype=np.float32)
+    backend = op.get("backend", "auto")
+    if backend == "sqlite-vec":
+        from host_facades import vector_search  # H4
+
+        return vector_search.knn_search(conn, q, limit=int(op["limit"]), model=op["model"], backend="sqlite-vec")
+    if backend not in ("auto", "faiss", "numpy"):
+        raise TaskError("invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
+    key = (env["db_id"], env["revision"], str(op["model"]))
+    state = ctx.cache.get_or_build(conn, key)
+    if backend == "numpy" and state.index is not None:
+        state = engine_knn.VectorState(state.key, state.ids, state.sources, state.matrix, None)
+    sources = op.get("sources")
+    pairs = state.search(q, int(op["limit"]), sources=list(sources) if sources else None)
+    if op.get("rows"):  # the row shape of host_facades.vector_search.knn_search
+        from host_facades.vector_search import load_rows
+
+        return load_rows(conn, pairs)
+    return pairs
+
+
+def _op_call(conn, op: dict, ctx: WorkerContext, env: dict) -> Any:
+    """Any retrieval function of a ``host_facades`` module that takes the connection first,
+    e.g. ``{"op": "call", "func": "host_facades.lexical.keyword_search_with_fallback", "args": [q],
+    "kwargs": {"limit": 24}}``. Only ``host_facades`` is reachable (workers import nothing else)."""
+    import importlib
+
+    module_name, _, func_name = str(op["func"]).rpartition(".")
+    if not module_name.startswith("host_facades.") or func_name.startswith("_"):
+        raise TaskError("invalid_request", f"worker op 'call' can only reach public host_facades functions, not {op['func']!r}")
+    fn = getattr(importlib.import_module(module_name), func_name, None)
+    if not callable(fn):
+        raise TaskError("invalid_request", f"{op['func']!r} is not a function")
+    return fn(conn, *op.get("args", ()), **op.get("kwargs", {}))
+
+
+def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dict]:
+    return read_metadata(conn, list(op["ids"]))
+
+
+OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
+    "fts_raw": _op_fts_raw,
+    "keyword": _op_keyword,
+    "path": _op_path,
+    "vector": _op_vector,
+    "metadata": _op_metadata,
+    "call": _op_call,
+}
+
+
+def _hit_ids(result: Any) -> list[str]:
+    ids: list[str] = []
+    if isinstance(result, dict):
+        result = result.get("hits") or result.get("rows") or ()
+    for hit in result or ():
+        if isinstance(hit, dict):
+            if "id" in hit:
+                ids.append(hit["id"])
+        elif isinstance(hit, (tuple, list)) and hit:
+            ids.append(hit[0])
+        elif hasattr(hit, "id"):
+            ids.append(hit.id)
+    return ids
+
+
+def _hold(spec: dict | None) -> None:
+    """Test hook: after the snapshot is taken, signal and wait (bounded) for a release file."""
+    if not spec:
+        return
+    with open(spec["signal"], "w") as fh:
+        fh.write(str(os.getpid()))
+    deadline = time.monotonic() + float(spec.get("timeout_s", 10))
+    while not os.path.exists(spec["release"]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+@task("retrieve")
+def retrieve(payload: dict, ctx: WorkerContext) -> dict:
+    """Run several retrieval ops and the metadata read in ONE read transaction (one generation).
+
+    payload: ``db_path``; ``ops`` (list of ``{"op": "keyword"|"path"|"vector"|"fts_raw"|"metadata", ...}``);
+    ``metadata``: ``"hits"`` (read metadata of every hit id), a list of ids, or absent;
+    ``keep``: revisions the owner still leases (derived state of other old revisions is dropped).
+    Returns ``{"revision", "db_id", "results": [...per op...], "metadata": {id: row}}``.
+    """
+    ctx.tasks_run += 1
+    db_path = payload["db_path"]
+    ops = payload.get("ops", [])
+    if not os.path.exists(db_path):
+        return {"revision": 0, "db_id": None, "missing": True, "results": [[] for _ in ops], "metadata": {}}
+    need_vec = any(op.get("op") == "vector" and op.get("backend") == "sqlite-vec" for op in ops)
+    for _attempt in range(3):
+        before = db_identity(db_path)
+        conn = open_readonly(db_path, load_vec=need_vec)
+        try:
+            with read_snapshot(conn) as revision:
+                after = db_identity(db_path)
+                if after != before:  # the file was swapped (atomic reindex) while we opened it
+                    continue
+                env = {"db_id": after, "revision": revision, "db_path": db_path}
+                ctx.cache.retain(after, set(payload.get("keep", ())) | {revision})
+                _hold(payload.get("hold"))
+                results = []
+                for op in ops:
+                    fn = OPS.get(op.get("op", ""))
+                    if fn is None:
+                        raise TaskError("invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
+                    results.append(fn(conn, op, ctx, env))
+                meta_spec = payload.get("metadata")
+                metadata: dict[str, dict] = {}
+                if meta_spec == "hits":
+                    ids = [i for r in results for i in _hit_ids(r)]
+                    metadata = read_metadata(conn, ids)
+                elif meta_spec:
+                    metadata = read_metadata(conn, list(meta_spec))
+            return {"revision": revision, "db_id": after, "results": results, "metadata": metadata}
+        finally:
+            conn.close()
+    raise TaskError("unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
+
+
+# --- indexing (chunk preparation from an immutable content snapshot) ---------------------------
+
+
+@task("prepare")
+def prepare(payload: dict, ctx: WorkerContext) -> list:
+    """``host_facades.engine_indexing.prepare_chunks(**payload)`` (H1's pure pipeline, §2.4)."""
+    from host_facades.engine_indexing import prepare_chunks
+
+    return prepare_chunks(**payload)
+
+
+@task("prepare_many")
+def prepare_many(payload: dict, ctx: WorkerContext) -> list[list]:
+    """Several ``prepare`` calls in one hop: ``{"items": [kwargs, ...]}`` -> list of chunk lists."""
+    from host_facades.engine_indexing import prepare_chunks
+
+    return [prepare_chunks(**item) for item in payload["items"]]
