@@ -1,0 +1,354 @@
+"""Vector retrieval (spec §5): one interface, three backends. Pure retrieval: runs in workers too.
+
+``knn_search(conn, qvec, limit=, model=, sources=, backend=)`` returns ``[{id, path, source,
+start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, whatever backend:
+
+- ``sqlite-vec``: ``vec0`` KNN (``MATCH ? AND k = ?``, k = min(8 x limit, 4096)), widening to
+  k = min(total, 4096), then the scan fallback when the cap hides the model's chunks;
+- ``numpy``: cosine over the canonical float32 BLOBs (a matrix cached per database revision);
+- ``faiss``: ``IndexFlatIP`` over the same L2-normalised vectors (cached per revision);
+- ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required.
+
+:func:`cosine_scan` is the upstream 256-row batched scan (§5.3) and needs no cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import apsw
+import numpy as np
+
+from host_facades.vectors import decode_vector
+
+VECTOR_KNN_OVERSAMPLE_FACTOR = 8
+MAX_VECTOR_KNN_K = 4096
+FALLBACK_VECTOR_BATCH_SIZE = 256
+BACKENDS = ("auto", "sqlite-vec", "faiss", "numpy")
+SNIPPET_MAX_CHARS = 700
+
+try:
+    import faiss as _faiss  # noqa: F401
+
+    HAVE_FAISS = True
+except ImportError:  # pragma: no cover
+    HAVE_FAISS = False
+
+
+def knn_k(limit: int) -> int:
+    return min(max(1, int(limit)) * VECTOR_KNN_OVERSAMPLE_FACTOR, MAX_VECTOR_KNN_K)
+
+
+def is_zero_vector(qvec: Any) -> bool:
+    v = np.asarray(qvec, dtype=np.float32).reshape(-1)
+    return v.size == 0 or not np.any(v)
+
+
+def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine over the shorter length; 0 for empty or zero-norm vectors (§5.3)."""
+    n = min(a.size, b.size)
+    if n == 0:
+        return 0.0
+    a = a[:n].astype(np.float64)
+    b = b[:n].astype(np.float64)
+    na = float(np.linalg.norm(a))
+    nb = float(np.linalg.norm(b))
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def _filter_sql(model: str | Sequence[str] | None, sources: Sequence[str] | None, alias: str = "c") -> tuple[str, list[Any]]:
+    sql = ""
+    params: list[Any] = []
+    if model is not None:
+        models = [model] if isinstance(model, str) else list(model)
+        sql += f" AND {alias}.model IN ({','.join('?' * len(models))})"
+        params += models
+    if sources:
+        sql += f" AND {alias}.source IN ({','.join('?' * len(sources))})"
+        params += list(sources)
+    return sql, params
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= SNIPPET_MAX_CHARS:
+        return text
+    cut = text[:SNIPPET_MAX_CHARS]
+    # never leave half a surrogate pair (Python strs hold code points; count UTF-16 units)
+    units = 0
+    for i, ch in enumerate(text):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > SNIPPET_MAX_CHARS:
+            return text[:i]
+    return cut
+
+
+def load_rows(conn: apsw.Connection, scored: Sequence[tuple[str, float]]) -> list[dict[str, Any]]:
+    """Attach row payloads to ``(id, score)`` pairs, keeping their order; vanished ids drop out."""
+    if not scored:
+        return []
+    ids = [cid for cid, _ in scored]
+    rows: dict[str, tuple] = {}
+    for i in range(0, len(ids), 500):
+        batch = ids[i : i + 500]
+        for row in conn.execute(
+            "SELECT id, path, source, start_line, end_line, text FROM memory_index_chunks"
+            f" WHERE id IN ({','.join('?' * len(batch))})",
+            batch,
+        ):
+            rows[row[0]] = row
+    out = []
+    for cid, score in scored:
+        row = rows.get(cid)
+        if row is None:
+            continue
+        out.append({"id": cid, "path": row[1], "source": row[2], "start_line": int(row[3]),
+                    "end_line": int(row[4]), "snippet": _truncate(row[5]), "vector_score": float(score)})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Scan fallback (§5.3)
+# ---------------------------------------------------------------------------------------------
+
+
+def cosine_scan(
+    conn: apsw.Connection,
+    qvec: Any,
+    *,
+    limit: int,
+    model: str | Sequence[str] | None = None,
+    sources: Sequence[str] | None = None,
+    batch_size: int = FALLBACK_VECTOR_BATCH_SIZE,
+    between_batches: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Scan chunks by rowid cursor in batches; rows inserted between batches are seen.
+
+    ``between_batches(batch_no)`` runs after each batch (upstream yields to the event loop
+    there); it may raise to abort.
+    """
+    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+    limit = max(1, int(limit))
+    if is_zero_vector(q):
+        return []
+    filt, params = _filter_sql(model, sources)
+    top: list[tuple[float, int, str]] = []  # (score, -rowid, id) kept sorted desc
+    last = -1
+    batch_no = 0
+    while True:
+        rows = list(conn.execute(
+            f"SELECT c.chunk_rowid, c.id, c.embedding FROM memory_index_chunks c WHERE c.chunk_rowid > ?{filt}"
+            " ORDER BY c.chunk_rowid LIMIT ?",
+            [last, *params, int(batch_size)],
+        ))
+        if not rows:
+            break
+        for rowid, cid, blob in rows:
+            score = cosine_similarity(q, decode_vector(blob))
+            if len(top) < limit or score > top[-1][0]:
+                top.append((score, -rowid, cid))
+                top.sort(key=lambda t: (-t[0], -t[1]))
+                del top[limit:]
+        last = rows[-1][0]
+        batch_no += 1
+        if between_batches is not None:
+            between_batches(batch_no)
+        if len(rows) < batch_size:
+            # one more look: rows appended during the callback have higher rowids
+            if between_batches is None:
+                break
+    return load_rows(conn, [(cid, s) for s, _, cid in top])
+
+
+# ---------------------------------------------------------------------------------------------
+# sqlite-vec KNN (§5.2)
+# ---------------------------------------------------------------------------------------------
+
+
+def _vec_table_exists(conn: apsw.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_index_chunks_vec'").fetchone() is not None
+
+
+def sqlite_vec_available(conn: apsw.Connection) -> bool:
+    try:
+        conn.execute("SELECT vec_version()").fetchone()
+    except apsw.Error:
+        return False
+    return _vec_table_exists(conn)
+
+
+def _knn_rows(conn, qblob: bytes, k: int, limit: int, filt: str, params: list[Any]) -> list[tuple[str, float]]:
+    rows = conn.execute(
+        "SELECT c.id, vec_distance_cosine(v.embedding, ?) AS dist FROM memory_index_chunks_vec v"
+        " JOIN memory_index_chunks c ON c.id = v.id"
+        f" WHERE v.embedding MATCH ? AND k = ?{filt} ORDER BY dist ASC, c.id ASC LIMIT ?",
+        [qblob, qblob, int(k), *params, int(limit)],
+    )
+    return [(cid, 1.0 - float(dist)) for cid, dist in rows]
+
+
+def sqlite_vec_knn(
+    conn: apsw.Connection,
+    qvec: Any,
+    *,
+    limit: int,
+    model: str | Sequence[str] | None = None,
+    sources: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """KNN through vec0 with widening; ``{"rows": [(id, score)], "fallback_scan_required": bool, "k": k}``."""
+    q = np.asarray(qvec, dtype="<f4").reshape(-1)
+    qblob = q.tobytes()
+    limit = max(1, int(limit))
+    filt, params = _filter_sql(model, sources)
+    k = knn_k(limit)
+    rows = _knn_rows(conn, qblob, k, limit, filt, params)
+    if len(rows) >= limit:
+        return {"rows": rows, "fallback_scan_required": False, "k": k}
+    total = int(conn.execute("SELECT count(*) FROM memory_index_chunks_vec").fetchone()[0])
+    matching = int(conn.execute(
+        f"SELECT count(*) FROM memory_index_chunks c WHERE length(c.embedding) > 0{filt}", params
+    ).fetchone()[0])
+    if matching <= len(rows):
+        return {"rows": rows, "fallback_scan_required": False, "k": k}
+    wide = min(total, MAX_VECTOR_KNN_K)
+    if wide > k:
+        k = wide
+        rows = _knn_rows(conn, qblob, k, limit, filt, params)
+    if len(rows) < min(limit, matching) and total > MAX_VECTOR_KNN_K:
+        return {"rows": rows, "fallback_scan_required": True, "k": k}
+    return {"rows": rows, "fallback_scan_required": False, "k": k}
+
+
+# ---------------------------------------------------------------------------------------------
+# In-memory exact backends (numpy, faiss), cached per (database, revision, model, sources)
+# ---------------------------------------------------------------------------------------------
+
+_CACHE_LOCK = threading.Lock()
+_MATRIX_CACHE: dict[tuple, tuple[list[str], np.ndarray, Any]] = {}
+_CACHE_MAX = 4
+
+
+def _revision(conn: apsw.Connection) -> int:
+    row = conn.execute("SELECT revision FROM memory_index_state WHERE id = 1").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _load_matrix(conn: apsw.Connection, model, sources, dims: int) -> tuple[list[str], np.ndarray]:
+    filt, params = _filter_sql(model, sources)
+    ids: list[str] = []
+    blobs: list[bytes] = []
+    for cid, blob in conn.execute(
+        f"SELECT c.id, c.embedding FROM memory_index_chunks c WHERE length(c.embedding) = ?{filt}"
+        " ORDER BY c.chunk_rowid",
+        [dims * 4, *params],
+    ):
+        ids.append(cid)
+        blobs.append(blob)
+    if not blobs:
+        return ids, np.zeros((0, dims), dtype=np.float32)
+    mat = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dims).astype(np.float32)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return ids, np.ascontiguousarray(mat / norms)
+
+
+def _cached(conn: apsw.Connection, model, sources, dims: int, backend: str):
+    key = (conn.filename, _revision(conn), str(model), tuple(sources or ()), dims, backend)
+    with _CACHE_LOCK:
+        hit = _MATRIX_CACHE.get(key)
+    if hit is not None:
+        return hit
+    ids, mat = _load_matrix(conn, model, sources, dims)
+    index = None
+    if backend == "faiss" and len(ids):
+        import faiss
+
+        index = faiss.IndexFlatIP(dims)
+        index.add(mat)
+        mat = np.zeros((0, dims), dtype=np.float32)  # faiss holds its own copy
+    entry = (ids, mat, index)
+    with _CACHE_LOCK:
+        for old in [k for k in _MATRIX_CACHE if k[0] == key[0] and k[1] != key[1]]:
+            del _MATRIX_CACHE[old]  # a newer generation replaces older ones of the same file
+        while len(_MATRIX_CACHE) >= _CACHE_MAX:
+            del _MATRIX_CACHE[next(iter(_MATRIX_CACHE))]
+        _MATRIX_CACHE[key] = entry
+    return entry
+
+
+def clear_cache() -> None:
+    with _CACHE_LOCK:
+        _MATRIX_CACHE.clear()
+
+
+def _top_k(scores: np.ndarray, ids: list[str], limit: int) -> list[tuple[str, float]]:
+    n = scores.shape[0]
+    if n == 0:
+        return []
+    k = min(limit, n)
+    part = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+    order = sorted(part.tolist(), key=lambda i: (-float(scores[i]), i))
+    return [(ids[i], float(scores[i])) for i in order]
+
+
+def numpy_knn(conn, qvec, *, limit: int, model=None, sources=None) -> list[tuple[str, float]]:
+    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+    ids, mat, _ = _cached(conn, model, sources, q.size, "numpy")
+    if not ids:
+        return []
+    qn = q / float(np.linalg.norm(q))
+    return _top_k(mat @ qn, ids, max(1, int(limit)))
+
+
+def faiss_knn(conn, qvec, *, limit: int, model=None, sources=None) -> list[tuple[str, float]]:
+    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+    ids, _, index = _cached(conn, model, sources, q.size, "faiss")
+    if not ids:
+        return []
+    qn = (q / float(np.linalg.norm(q))).reshape(1, -1)
+    k = min(max(1, int(limit)), len(ids))
+    scores, idx = index.search(qn, k)
+    pairs = [(int(i), float(s)) for s, i in zip(scores[0], idx[0]) if i >= 0]
+    pairs.sort(key=lambda t: (-t[1], t[0]))
+    return [(ids[i], s) for i, s in pairs]
+
+
+def resolve_backend(conn: apsw.Connection, backend: str = "auto") -> str:
+    """The backend a search will use: ``auto`` = faiss, else numpy; an unknown name raises ValueError."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown vector backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "faiss" if HAVE_FAISS else "numpy"
+    if backend == "faiss" and not HAVE_FAISS:
+        return "numpy"
+    if backend == "sqlite-vec" and not sqlite_vec_available(conn):
+        return "scan"
+    return backend
+
+
+def knn_search(
+    conn: apsw.Connection,
+    qvec: Any,
+    *,
+    limit: int,
+    model: str | Sequence[str] | None = None,
+    sources: Sequence[str] | None = None,
+    backend: str = "auto",
+) -> list[dict[str, Any]]:
+    """Top-``limit`` chunks by cosine similarity to ``qvec``; an all-zero vector returns []."""
+    if is_zero_vector(qvec):
+        return []
+    used = resolve_backend(conn, backend)
+    if used == "sqlite-vec":
+        res = sqlite_vec_knn(conn, qvec, limit=limit, model=model, sources=sources)
+        if res["fallback_scan_required"]:
+            return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)
+        return load_rows(conn, res["rows"])
+    if used == "scan":
+        return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)
+    if used == "faiss":
+        return load_rows(conn, faiss_knn(conn, qvec, limit=limit, model=model, sources=sources))
+    return load_rows(conn, numpy_knn(conn, qvec, limit=limit, model=model, sources=sources))
