@@ -1,0 +1,239 @@
+"""The ``memory-core`` command line.
+
+The CLI is a registry: this module defines the global options, the error -> exit code mapping and
+the commands it owns (``index``, ``status``). Other modules add their commands without editing this
+file by exposing ``register(subparsers, common)`` and being listed in ``COMMAND_MODULES``; each is
+imported inside ``try/except ImportError``, so a module that does not exist yet simply adds nothing.
+
+``register(subparsers, common)`` receives argparse's sub-parsers object and a parent parser holding
+the global options; it must call ``subparsers.add_parser(name, parents=[common], ...)`` and set
+``func=handler`` with ``handler(args) -> int``. ``open_core(args)`` builds the MemoryCore for the
+global options. Handlers raise :class:`MemoryCoreError` for failures; :func:`main` prints one line
+``error: <message>`` on stderr and exits 2 (configuration/usage) or 1 (everything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from memory_core.errors import ConfigError, InvalidRequest, MemoryCoreError, WorkspaceError
+
+# Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
+COMMAND_MODULES = (
+    "memory_core.search.cli",  # search, get (H4)
+    "memory_core.gateway.cli",  # serve, mcp (H6)
+    "memory_core.freshness",  # forget, watch (H8)
+    "memory_core.bench",  # bench and the benchmarks registered with it
+)
+
+USAGE_ERRORS = (ConfigError, WorkspaceError, InvalidRequest)
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def common_parser() -> argparse.ArgumentParser:
+    """The global options every command takes."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("global options")
+    g.add_argument("--workspace", metavar="PATH", help="agent workspace (default: configured workspace, else cwd)")
+    g.add_argument("--agent", metavar="ID", default=None, help="agent id (default: main)")
+    g.add_argument("--config", metavar="FILE", help="TOML or JSON config file")
+    return p
+
+
+def load_cli_config(args: argparse.Namespace) -> Any:
+    from memory_core.config import load_config
+
+    cfg = load_config(getattr(args, "config", None))
+    agent = getattr(args, "agent", None)
+    if agent and agent != cfg.agent_id:
+        cfg = cfg.for_agent(agent)
+    return cfg
+
+
+def open_core(args: argparse.Namespace, **kwargs: Any) -> Any:
+    """The MemoryCore for ``--workspace/--agent/--config``."""
+    from memory_core.core import MemoryCore
+
+    cfg = load_cli_config(args)
+    return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg, **kwargs)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+class ProgressBar:
+    """A plain one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, label: str = "Indexing", stream: Any = None, width: int = 30) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.label, self.width = label, width
+        self._last = 0.0
+        self._drawn = False
+
+    def __call__(self, done: int, total: int, path: str) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        frac = done / total if total else 1.0
+        filled = int(frac * self.width)
+        name = path if len(path) <= 40 else "..." + path[-37:]
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {name:<40}")
+        self.stream.flush()
+        self._drawn = True
+
+    def finish(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# ---------------------------------------------------------------------- index / status
+
+
+def _cmd_index(args: argparse.Namespace) -> int:
+    core = open_core(args)
+    try:
+        bar = ProgressBar("Indexing")
+        try:
+            summary = core.index(force=args.force, progress=bar)
+        finally:
+            bar.finish()
+    finally:
+        core.close()
+    if args.json:
+        print_json(summary.to_json())
+    else:
+        mode = "full rebuild" if summary.full else "incremental"
+        print(f"Indexed {core.workspace} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
+        print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
+              f" removed {summary.removed}, unchanged {summary.unchanged}")
+        for p in summary.problems[:20]:
+            print(f"  skipped {p['path']}: {p['message']}", file=sys.stderr)
+        if len(summary.problems) > 20:
+            print(f"  ... and {len(summary.problems) - 20} more problems (see --json)", file=sys.stderr)
+    return EXIT_FAILURE if summary.failed else 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    core = open_core(args)
+    try:
+        st = core.status(deep=args.deep)
+    finally:
+        core.close()
+    if args.json:
+        print_json(st)
+        return 0
+    vec = st["vector"]
+    fts = st["fts"]
+    lines = [
+        f"Agent: {st['agent']}",
+        f"Workspace: {st['workspace']}",
+        f"Database: {st['db_path']}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}",
+        f"Sources: {', '.join(st['sources'])}",
+        f"Files: {st['files']}  Chunks: {st['chunks']}  "
+        + "  ".join(f"{k}: {v}" for k, v in sorted(st["chunks_by_source"].items())),
+        f"Provider: {st['provider']}  Model: {st['model'] or '-'}  Dims: {st['dims'] or '-'}",
+        f"FTS: {'available' if fts['available'] else 'unavailable'} ({fts['tokenizer']})",
+        "Vector store: " + (
+            f"available (sqlite-vec {vec['sqlite_vec_version']}, backend {vec['backend']})" if vec["available"]
+            else ("disabled (keyword-only)" if not vec["enabled"] else f"unavailable ({vec['error']})")),
+        f"Revision: {st['revision']}  Dirty: {'yes' if st['dirty'] else 'no'}",
+    ]
+    ident = st.get("identity") or {}
+    if ident.get("state") == "mismatch":
+        lines.append(f"Index identity: paused ({', '.join(ident['mismatch'])} changed); "
+                     "run `memory-core index --force`")
+    elif ident.get("state"):
+        lines.append(f"Index identity: {ident['state']}")
+    last = st.get("last_sync")
+    if last:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last["time"] / 1000))
+        lines.append(f"Last sync: {when} ({last.get('reason')}){' error: ' + last['error'] if last.get('error') else ''}")
+        if last.get("problems"):
+            lines.append(f"Problems: {len(last['problems'])} file(s) skipped, e.g. "
+                         f"{last['problems'][0]['path']}: {last['problems'][0]['message']}")
+    if args.deep:
+        pc = st.get("provider_check") or {}
+        lines.append("Embeddings: " + ("available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
+        if "integrity" in st:
+            lines.append(f"Integrity: {st['integrity']}")
+    print("\n".join(lines))
+    return 0
+
+
+def _register_builtin(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("index", parents=[common], help="index the workspace (incremental; --force rebuilds)",
+                       description="Index the agent workspace into its SQLite file. Incremental by default; "
+                                   "--force (or a settings change) rebuilds atomically.")
+    p.add_argument("--force", action="store_true", help="full rebuild into a temp database, swapped in atomically")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("status", parents=[common], help="show index facts",
+                       description="Files, chunks, provider, FTS/vector availability, revision and last sync.")
+    p.add_argument("--deep", action="store_true", help="also check the embedding provider and database integrity")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=_cmd_status)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = common_parser()
+    parser = argparse.ArgumentParser(
+        prog="memory-core",
+        description="Index and search an agent's Markdown memory and session transcripts (OpenClaw Memory Core).",
+    )
+    from memory_core import __version__
+
+    parser.add_argument("--version", action="version", version=f"memory-core {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _register_builtin(sub, common)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            if exc.name and (exc.name == name or name.startswith(exc.name + ".")):
+                continue  # the module does not exist (yet)
+            raise
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except MemoryCoreError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

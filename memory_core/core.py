@@ -1,0 +1,415 @@
+"""``MemoryCore``: the public engine object for one agent's workspace; its verbs match the CLI.
+
+It owns the configuration, the embedding provider and the single :class:`IndexWriter`. ``sync``
+runs one pass at a time (concurrent callers join the running one); a full reindex (``--force``,
+first index, or an identity change on a CLI ``index`` run) builds a temp database and swaps it in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import apsw
+
+from memory_core.config import MemoryCoreConfig, identity_mismatch, index_identity, load_config
+from memory_core.errors import IndexPaused, MemoryCoreError, WorkspaceError
+from memory_core.indexer import (
+    IndexSummary,
+    ProgressFn,
+    record_last_sync,
+    resolve_sessions_dir,
+    run_sync,
+)
+from memory_core.store import schema
+from memory_core.store.reindex import atomic_reindex
+from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+
+_UNSET: Any = object()
+
+
+class MemoryCore:
+    """One agent's memory index: ``index``, ``sync``, ``status``, ``forget_session``, ``close``."""
+
+    def __init__(
+        self,
+        workspace: str | None = None,
+        *,
+        agent_id: str = "main",
+        config: MemoryCoreConfig | None = None,
+        config_path: str | None = None,
+        embedding_provider: Any = _UNSET,
+    ) -> None:
+        cfg = config if config is not None else load_config(config_path)
+        if agent_id and agent_id != cfg.agent_id:
+            cfg = cfg.for_agent(agent_id)
+        ws = workspace or cfg.workspace or os.getcwd()
+        ws = os.path.abspath(os.path.expanduser(ws))
+        if not os.path.isdir(ws):
+            raise WorkspaceError(
+                f"workspace {ws} does not exist or is not a folder; pass --workspace PATH "
+                "(or set `workspace` in the config)"
+            )
+        if cfg.workspace != ws:
+            cfg = cfg.model_copy(update={"workspace": ws})
+        self.config = cfg
+        self.workspace = ws
+        self.agent_id = cfg.agent_id
+        self.db_path = cfg.db_path(self.agent_id)
+        self.dirty = False  # set by freshness (watcher / session deltas)
+        self._provider = embedding_provider
+        self._provider_error: MemoryCoreError | None = None
+        self._writer: IndexWriter | None = None
+        self._lock = threading.RLock()  # guards writer access and the running-sync slot
+        self._running: Future[IndexSummary] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ provider and writer
+    @property
+    def provider(self) -> Any | None:
+        """The embedding provider (None = keyword-only); an unavailable explicit one raises (D4)."""
+        if self._provider is _UNSET:
+            from memory_core.embeddings import create_embedding_provider
+
+            self._provider = create_embedding_provider(self.config)
+        return self._provider
+
+    def _writer_options(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "fts_tokenizer": cfg.store.fts.tokenizer,
+            "vector_enabled": cfg.store.vector.enabled and cfg.provider != "none",
+            "extension_path": cfg.store.vector.extension_path,
+            "cache_enabled": cfg.cache.enabled,
+            "cache_max_entries": cfg.cache.max_entries,
+        }
+
+    @property
+    def writer(self) -> IndexWriter:
+        with self._lock:
+            if self._closed:
+                raise MemoryCoreError("this MemoryCore is closed")
+            if self._writer is None:
+                self._writer = IndexWriter(self.db_path, **self._writer_options())
+            return self._writer
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_writer()
+            self._closed = True
+
+    def __enter__(self) -> MemoryCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ identity
+    def expected_identity(self, dims: int | None = None) -> dict[str, Any]:
+        ident = index_identity(self.config, self.provider)
+        if dims is not None:
+            ident["vectorDims"] = dims
+        return ident
+
+    def _read_meta(self) -> dict | None:
+        if self._writer is not None:
+            return self._writer.read_meta()
+        if not os.path.exists(self.db_path):
+            return None
+        conn = apsw.Connection(self.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            conn.set_busy_timeout(5000)
+            row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (schema.META_KEY,)).fetchone()
+        except apsw.SQLError:
+            return None
+        finally:
+            conn.close()
+        try:
+            meta = json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def identity_state(self) -> dict[str, Any]:
+        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta."""
+        meta = self._read_meta()
+        if meta is None:
+            return {"state": "empty", "mismatch": []}
+        diff = identity_mismatch(meta, self.expected_identity())
+        return {"state": "mismatch" if diff else "ok", "mismatch": diff}
+
+    def check_identity(self) -> dict[str, Any]:
+        """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
+        state = self.identity_state()
+        if state["state"] == "mismatch":
+            raise IndexPaused(
+                "memory search paused: the index was built with different settings "
+                f"({', '.join(state['mismatch'])} changed); run `memory-core index --force`"
+            )
+        return state
+
+    def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
+        """Never rebuild a semantic index as keyword-only without an explicit --force (spec §7.4)."""
+        if provider is not None or meta is None:
+            return
+        if meta.get("provider", "none") != "none" or meta.get("model", FTS_ONLY_MODEL) != FTS_ONLY_MODEL:
+            raise IndexPaused(
+                f"refusing to rebuild the semantic index ({meta.get('provider')}/{meta.get('model')}) as "
+                "keyword-only: no embedding provider is configured now. Configure the provider again, or run "
+                "`memory-core index --force` to rebuild keyword-only and drop the vectors"
+            )
+
+    # ------------------------------------------------------------------ sync
+    def index(self, *, force: bool = False, progress: ProgressFn | None = None) -> IndexSummary:
+        """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity change."""
+        return self._run_exclusive(reason="cli", force=force, paths=None, progress=progress, rebuild_on_mismatch=True)
+
+    def sync(
+        self,
+        *,
+        reason: str = "manual",
+        force: bool = False,
+        paths: Sequence[str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> IndexSummary:
+        """Incremental sync (one at a time; a concurrent caller waits for and returns the running one).
+
+        An identity mismatch raises IndexPaused unless ``force``; ``paths`` restricts to those files.
+        """
+        return self._run_exclusive(reason=reason, force=force, paths=paths, progress=progress,
+                                   rebuild_on_mismatch=False)
+
+    def _run_exclusive(self, **kw: Any) -> IndexSummary:
+        with self._lock:
+            running = self._running
+            if running is None:
+                fut: Future[IndexSummary] = Future()
+                self._running = fut
+        if running is not None:
+            return running.result()
+        t0 = time.perf_counter()
+        try:
+            result = self._do_sync(**kw)
+            result.seconds = time.perf_counter() - t0
+        except BaseException as exc:
+            fut.set_exception(exc)
+            raise
+        else:
+            fut.set_result(result)
+            if not result.failed and result.scan_ok:
+                self.dirty = False
+            return result
+        finally:
+            with self._lock:
+                self._running = None
+
+    def _do_sync(self, *, reason: str, force: bool, paths: Sequence[str] | None,
+                 progress: ProgressFn | None, rebuild_on_mismatch: bool) -> IndexSummary:
+        provider = self.provider
+        writer = self.writer
+        meta = writer.read_meta()
+        expected = index_identity(self.config, provider)
+        mismatch = identity_mismatch(meta, expected) if meta is not None else []
+        if meta is None:
+            # no meta: an initial index, or an interrupted/failed rebuild; an empty db is rebuilt in place
+            full = True
+        elif force:
+            full = True
+        elif mismatch:
+            if not rebuild_on_mismatch:
+                raise IndexPaused(
+                    "memory index paused: the index was built with different settings "
+                    f"({', '.join(mismatch)} changed); run `memory-core index --force`"
+                )
+            full = True
+        else:
+            full = False
+        if full and not force:
+            self._assert_no_downgrade(meta, provider)
+        if not full:
+            try:
+                summary = run_sync(writer, self.config, self.workspace, provider, reason=reason,
+                                   paths=paths, progress=progress)
+            except BaseException as exc:
+                record_last_sync(writer, None, error=str(exc), reason=reason)
+                raise
+            dims = writer.vec_dims
+            if dims is not None and meta.get("vectorDims") is None:
+                writer.write_meta({**meta, "vectorDims": dims})
+            record_last_sync(writer, summary)
+            return summary
+        return self._full_reindex(reason=reason, provider=provider, progress=progress)
+
+    def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None) -> IndexSummary:
+        live = self.writer
+        previous = {s: live.indexed_hashes(s) for s in self.config.sources}
+
+        def build(temp: IndexWriter) -> IndexSummary:
+            summary = run_sync(temp, self.config, self.workspace, provider, full=True, reason=reason,
+                               previous=previous, progress=progress)
+            dims = temp.vec_dims
+            if dims is None and provider is not None:
+                dims = getattr(provider, "dims", None)
+            temp.write_meta(self.expected_identity(dims=dims) if provider is not None
+                            else index_identity(self.config, None))
+            record_last_sync(temp, summary)
+            return summary
+
+        def reopen() -> None:
+            self._writer = IndexWriter(self.db_path, **self._writer_options())
+
+        try:
+            summary = atomic_reindex(self.db_path, build, writer_options=self._writer_options(),
+                                     before_swap=self._close_writer, after_swap=reopen)
+        except BaseException as exc:
+            if self._writer is not None:
+                try:
+                    record_last_sync(self._writer, None, error=f"full reindex failed: {exc}", reason=reason)
+                except Exception:  # noqa: BLE001 - reporting must not mask the real error
+                    pass
+            raise
+        summary.revision = self.writer.revision
+        return summary
+
+    # ------------------------------------------------------------------ forget
+    def forget_session(self, key: str) -> int:
+        """Tombstone a session transcript (``sessions/<file>.jsonl`` or its basename) and drop its rows."""
+        name = key.strip().replace("\\", "/")
+        base = name.rsplit("/", 1)[-1]
+        if not base.endswith(".jsonl") and ".jsonl." not in base:
+            base += ".jsonl"
+        path = f"sessions/{base}"
+        with self._lock:
+            return self.writer.forget_session(path)
+
+    # ------------------------------------------------------------------ status
+    def status(self, *, deep: bool = False) -> dict[str, Any]:
+        """Index facts for ``memory-core status`` (no secrets)."""
+        cfg = self.config
+        out: dict[str, Any] = {
+            "agent": self.agent_id,
+            "workspace": self.workspace,
+            "db_path": self.db_path,
+            "db_exists": os.path.exists(self.db_path),
+            "sources": list(cfg.sources),
+            "extra_paths": [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in cfg.extra_paths],
+            "sessions_dir": resolve_sessions_dir(cfg, self.workspace) if "sessions" in cfg.sources else None,
+            "files": 0,
+            "chunks": 0,
+            "files_by_source": {},
+            "chunks_by_source": {},
+            "provider": cfg.provider,
+            "model": None,
+            "dims": None,
+            "fts": {"available": False, "tokenizer": cfg.store.fts.tokenizer, "error": None},
+            "vector": {
+                "enabled": bool(cfg.store.vector.enabled and cfg.provider != "none"),
+                "available": False,
+                "sqlite_vec_version": None,
+                "backend": cfg.store.vector.backend,
+                "error": None,
+                "dims": None,
+            },
+            "cache": {"enabled": cfg.cache.enabled, "entries": 0, "max_entries": cfg.cache.max_entries},
+            "revision": 0,
+            "dirty": bool(self.dirty),
+            "last_sync": None,
+            "identity": None,
+        }
+        if out["db_exists"]:
+            out["db_bytes"] = os.path.getsize(self.db_path)
+            wal = self.db_path + "-wal"
+            out["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
+            self._status_from_db(out, deep=deep)
+        try:
+            out["identity"] = self.identity_state()
+        except MemoryCoreError as exc:
+            out["identity"] = {"state": "unknown", "error": exc.message}
+        if deep:
+            out["provider_check"] = self._provider_check()
+        return out
+
+    def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
+        from host_facades.sqlite_ext import load_sqlite_vec
+
+        conn = apsw.Connection(self.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            conn.set_busy_timeout(5000)
+            conn.execute("BEGIN")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if "memory_index_sources" not in tables:
+                return
+            out["files_by_source"] = dict(conn.execute(
+                "SELECT source, count(*) FROM memory_index_sources GROUP BY source"))
+            out["chunks_by_source"] = dict(conn.execute(
+                "SELECT source, count(*) FROM memory_index_chunks GROUP BY source"))
+            out["files"] = sum(out["files_by_source"].values())
+            out["chunks"] = sum(out["chunks_by_source"].values())
+            out["revision"] = schema.read_revision(conn)
+            out["cache"]["entries"] = int(conn.execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
+            meta_rows = dict(conn.execute("SELECT key, value FROM memory_index_meta"))
+            meta = _loads(meta_rows.get(schema.META_KEY))
+            if meta:
+                out["model"] = meta.get("model")
+                out["dims"] = meta.get("vectorDims")
+                out["indexed_provider"] = meta.get("provider")
+            out["last_sync"] = _loads(meta_rows.get(LAST_SYNC_KEY))
+            out["vector"]["rebuild_required"] = meta_rows.get(schema.VECTOR_REBUILD_KEY) == "1"
+            tok = schema.fts_tokenizer_in_db(conn)
+            out["fts"]["available"] = tok is not None
+            if tok is not None:
+                out["fts"]["tokenizer"] = tok
+            if out["vector"]["enabled"]:
+                ok, version, error = load_sqlite_vec(conn, self.config.store.vector.extension_path)
+                out["vector"].update(available=ok, sqlite_vec_version=version, error=error)
+                out["vector"]["dims"] = schema.vec_table_dims(conn)
+            if deep:
+                out["integrity"] = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+                if out["fts"]["available"]:
+                    fts_rows = int(conn.execute("SELECT count(*) FROM memory_index_chunks_fts").fetchone()[0])
+                    out["fts"]["rows"] = fts_rows
+                    out["fts"]["in_step"] = fts_rows == out["chunks"]
+                out["semantic_chunks"] = int(conn.execute(
+                    "SELECT count(*) FROM memory_index_chunks WHERE model != ?", (FTS_ONLY_MODEL,)).fetchone()[0])
+            conn.execute("COMMIT")
+        except apsw.Error as exc:
+            out["error"] = f"cannot read {self.db_path}: {exc}"
+        finally:
+            conn.close()
+
+    def _provider_check(self) -> dict[str, Any]:
+        try:
+            provider = self.provider
+        except MemoryCoreError as exc:
+            return {"available": False, "error": exc.message}
+        if provider is None:
+            return {"available": True, "mode": "fts-only"}
+        info = {"available": True, "mode": "semantic", "id": str(provider.id), "model": str(provider.model),
+                "dims": getattr(provider, "dims", None)}
+        try:
+            from memory_core.embeddings import embed_query
+
+            vec = embed_query(provider, "memory-core status probe")
+            info["dims"] = int(vec.shape[-1])
+        except Exception as exc:  # noqa: BLE001 - status reports, never raises
+            info.update(available=False, error=str(exc))
+        return info
+
+
+def _loads(value: str | None) -> Any:
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None

@@ -1,0 +1,273 @@
+"""One sync pass: scan sources, prepare changed files, embed, publish, prune (spec §1.3-1.4, §8.5).
+
+:func:`run_sync` works on any :class:`IndexWriter`: the live one for an incremental sync, or the
+temp one of an atomic full reindex. Chunk preparation sits behind :func:`prepare_entry` so it can be
+routed to the indexing worker pool without touching the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from host_facades.engine_indexing import PreparedChunk, prepare_chunks
+from memory_core.errors import MemoryCoreError, WorkspaceError
+from memory_core.sources import ScanResult, SourceEntry, scan_sources
+from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+
+ProgressFn = Callable[[int, int, str], None]
+
+# Embedding work is grouped across files so a provider sees full batches; keyword-only publishes
+# file by file.
+EMBED_GROUP_CHUNKS = 64
+DEFAULT_MAX_INPUT_BYTES = 8192
+MAX_RECORDED_PROBLEMS = 200
+
+
+class ScanFailed(MemoryCoreError):
+    """Listing the sources failed; a full reindex is aborted and the old index kept (spec §1.4)."""
+
+    code = "scan_failed"
+
+
+@dataclass
+class IndexSummary:
+    """What one sync or index run did. ``files``/``chunks`` are the index totals afterwards."""
+
+    files: int = 0
+    chunks: int = 0
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    forgotten: int = 0
+    failed: int = 0
+    chunks_written: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    revision: int = 0
+    full: bool = False
+    reason: str = "manual"
+    provider: str = "none"
+    model: str = FTS_ONLY_MODEL
+    scan_ok: bool = True
+    problems: list[dict[str, str]] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["seconds"] = round(self.seconds, 3)
+        return out
+
+
+def prepare_entry(entry: SourceEntry, cfg: Any, *, max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[PreparedChunk]:
+    """Chunk one source snapshot (pure; the unit of work for the indexing pool)."""
+    return prepare_chunks(
+        source=entry.source,
+        path=entry.path,
+        content=entry.content,
+        tokens=cfg.chunking.tokens,
+        overlap=cfg.chunking.overlap,
+        mtime_ms=entry.mtime_ms,
+        max_input_bytes=max_input_bytes,
+        line_map=entry.line_map,
+    )
+
+
+def resolve_sessions_dir(cfg: Any, workspace: str) -> str:
+    """``sessionsDir`` relative to the workspace, or ``<state_dir>/agents/<agent>/sessions``."""
+    if cfg.sessions_dir:
+        return os.path.abspath(os.path.join(workspace, os.path.expanduser(cfg.sessions_dir)))
+    return os.path.join(os.path.expanduser(cfg.state_dir), "agents", cfg.agent_id, "sessions")
+
+
+def extra_paths_arg(cfg: Any) -> list[Any]:
+    out: list[Any] = []
+    for item in cfg.extra_paths:
+        out.append(item if isinstance(item, str) else item.model_dump(exclude_none=True))
+    return out
+
+
+def scan(cfg: Any, workspace: str) -> ScanResult:
+    if not os.path.isdir(workspace):
+        raise WorkspaceError(
+            f"workspace {workspace} does not exist or is not a folder; pass --workspace PATH "
+            "(or set `workspace` in the config)"
+        )
+    sessions_dir = resolve_sessions_dir(cfg, workspace) if "sessions" in cfg.sources else None
+    return scan_sources(workspace, sources=tuple(cfg.sources), extra_paths=extra_paths_arg(cfg),
+                        sessions_dir=sessions_dir)
+
+
+def _problem_dict(p: Any, workspace: str) -> dict[str, str]:
+    path = str(p.path)
+    if os.path.isabs(path):
+        rel = os.path.relpath(path, workspace)
+        path = path if rel.startswith("..") else rel.replace(os.sep, "/")
+    return {"path": path, "code": str(p.code), "message": str(p.message)}
+
+
+def run_sync(
+    writer: IndexWriter,
+    cfg: Any,
+    workspace: str,
+    provider: Any | None,
+    *,
+    force: bool = False,
+    full: bool = False,
+    reason: str = "manual",
+    paths: Sequence[str] | None = None,
+    previous: Mapping[str, Mapping[str, str]] | None = None,
+    progress: ProgressFn | None = None,
+    scan_result: ScanResult | None = None,
+) -> IndexSummary:
+    """Bring ``writer``'s index up to date with the workspace.
+
+    ``full``: the writer is a fresh temp database being rebuilt; any failure raises (the caller
+    keeps the old index). ``previous``: the live index's ``{source: {path: hash}}`` so a full
+    rebuild still reports added/changed/removed against what was there. Per-source publication
+    failures of an incremental sync are recorded as problems and the rest continues.
+    """
+    t0 = time.perf_counter()
+    model = str(provider.model) if provider is not None else FTS_ONLY_MODEL
+    summary = IndexSummary(full=full, reason=reason, model=model,
+                           provider=str(provider.id) if provider is not None else "none")
+    result = scan_result if scan_result is not None else scan(cfg, workspace)
+    summary.scan_ok = bool(result.ok)
+    problems = [_problem_dict(p, workspace) for p in result.problems]
+    summary.skipped = len(problems)
+    if full and not result.ok:
+        detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems[:3]) or "unknown error"
+        raise ScanFailed(f"listing the memory sources failed ({detail}); the previous index was kept, retry later")
+
+    indexed = {s: writer.indexed_hashes(s) for s in cfg.sources}
+    before = previous if previous is not None else indexed
+    wanted = None if paths is None else {p.replace(os.sep, "/") for p in paths}
+    max_input = int(getattr(provider, "max_input_bytes", 0) or 0) if provider is not None else DEFAULT_MAX_INPUT_BYTES
+
+    todo: list[SourceEntry] = []
+    for e in result.entries:
+        if wanted is not None and e.path not in wanted:
+            continue
+        old = before.get(e.source, {}).get(e.path)
+        if old is None:
+            summary.added += 1
+        elif old != e.hash:
+            summary.changed += 1
+        else:
+            summary.unchanged += 1
+        if force or full or indexed.get(e.source, {}).get(e.path) != e.hash:
+            todo.append(e)
+
+    total = len(todo)
+    done = 0
+    group: list[tuple[SourceEntry, list[PreparedChunk]]] = []
+    group_chunks = 0
+
+    def flush() -> None:
+        nonlocal done, group, group_chunks
+        vectors: list[np.ndarray | None] = [None] * len(group)
+        if provider is not None and group_chunks:
+            from memory_core.embeddings import embed_chunks
+
+            texts = [c.text for _, cs in group for c in cs]
+            hashes = [c.hash for _, cs in group for c in cs]
+            cache = writer if getattr(cfg.cache, "enabled", True) else None
+            matrix = np.asarray(embed_chunks(provider, texts, hashes, cache), dtype=np.float32)
+            offset = 0
+            for i, (_, cs) in enumerate(group):
+                vectors[i] = matrix[offset:offset + len(cs)] if cs else None
+                offset += len(cs)
+        for (entry, chunks), vecs in zip(group, vectors):
+            try:
+                status = writer.replace_source(entry, chunks, vecs, model)
+            except Exception as exc:
+                if full or isinstance(exc, MemoryCoreError):
+                    raise
+                summary.failed += 1
+                problems.append({"path": entry.path, "code": "publish_failed",
+                                 "message": f"could not store {entry.path}: {exc}; its previous rows were kept"})
+            else:
+                if status == "forgotten":
+                    summary.forgotten += 1
+                else:
+                    summary.chunks_written += len(chunks)
+                    summary.bytes += int(entry.size)
+            done += 1
+            if progress is not None:
+                progress(done, total, entry.path)
+        group = []
+        group_chunks = 0
+
+    for entry in todo:
+        try:
+            chunks = prepare_entry(entry, cfg, max_input_bytes=max_input)
+        except MemoryCoreError:
+            raise
+        except Exception as exc:  # a chunking bug on one file must not lose the others
+            if full:
+                raise
+            summary.failed += 1
+            problems.append({"path": entry.path, "code": "prepare_failed",
+                             "message": f"could not chunk {entry.path}: {exc}; its previous rows were kept"})
+            done += 1
+            continue
+        group.append((entry, chunks))
+        group_chunks += len(chunks)
+        if provider is None or group_chunks >= EMBED_GROUP_CHUNKS:
+            flush()
+    if group:
+        flush()
+
+    # Prune only after a scan that succeeded (spec §1.4); a file that could not be read this time
+    # keeps its rows (it is reported as a problem, not treated as deleted).
+    if result.ok:
+        present: dict[str, set[str]] = {s: set() for s in cfg.sources}
+        for e in result.entries:
+            present.setdefault(e.source, set()).add(e.path)
+        problem_paths = {p["path"] for p in problems}
+        for source, hashes in indexed.items():
+            for path, h in hashes.items():
+                if wanted is not None and path not in wanted:
+                    continue
+                if path in present.get(source, ()) or path in problem_paths:
+                    continue
+                if writer.delete_if_current(path, source, h):
+                    summary.removed += 1
+        if full and previous is not None:  # files gone since the live index was built
+            for source, hashes in previous.items():
+                gone = [p for p in hashes if p not in present.get(source, ()) and p not in problem_paths]
+                summary.removed += len([p for p in gone if wanted is None or p in wanted])
+
+    counts = writer.counts()
+    summary.files = counts["files"]
+    summary.chunks = counts["chunks"]
+    summary.problems = problems[:MAX_RECORDED_PROBLEMS]
+    entry_paths = {e.path for e in result.entries}
+    summary.skipped = len({p["path"] for p in problems if p["path"] not in entry_paths})
+    if summary.failed:
+        summary.error = f"{summary.failed} file(s) could not be indexed; see problems"
+    summary.revision = writer.revision
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def record_last_sync(writer: IndexWriter, summary: IndexSummary | None, *, error: str | None = None,
+                     reason: str = "manual") -> None:
+    """Store time, error and problems of the last sync in ``memory_index_last_sync_v1`` (for status)."""
+    data = {
+        "time": int(time.time() * 1000),
+        "reason": summary.reason if summary is not None else reason,
+        "full": bool(summary.full) if summary is not None else False,
+        "error": error if error is not None else (summary.error if summary is not None else None),
+        "problems": summary.problems[:50] if summary is not None else [],
+        "seconds": round(summary.seconds, 3) if summary is not None else None,
+    }
+    writer.set_meta_value(LAST_SYNC_KEY, json.dumps(data, sort_keys=True))
