@@ -113,20 +113,22 @@ def _embed_split(
     texts: Sequence[str],
     call: Callable[[Sequence[str]], object],
     sleep: Sleep,
-) -> np.ndarray:
+    emit: Callable[[int, np.ndarray], None],
+    offset: int = 0,
+) -> None:
+    """Embed ``texts`` and ``emit(offset, vectors)`` for every part that succeeded, splitting on failure."""
     try:
-        return _call_with_retry(provider, texts, call, sleep)
+        vecs = _call_with_retry(provider, texts, call, sleep)
     except ProviderRequestError as exc:
         if len(texts) == 1:
-            raise _unavailable(provider, exc, "for one input (after retries)") from exc
+            raise _unavailable(provider, exc, "for one input") from exc
         if not exc.splittable:
             raise _unavailable(provider, exc, f"for a batch of {len(texts)} inputs") from exc
         mid = len(texts) // 2
-        left = _embed_split(provider, texts[:mid], call, sleep)
-        right = _embed_split(provider, texts[mid:], call, sleep)
-        if left.shape[1] != right.shape[1]:
-            raise _unavailable(provider, ValueError("inconsistent vector dimensions"), "after a split") from exc
-        return np.vstack([left, right])
+        _embed_split(provider, texts[:mid], call, sleep, emit, offset)
+        _embed_split(provider, texts[mid:], call, sleep, emit, offset + mid)
+        return
+    emit(offset, vecs)
 
 
 def embed_texts(
@@ -138,21 +140,30 @@ def embed_texts(
     max_inputs: int = MAX_BATCH_INPUTS,
     on_batch: Callable[[list[int], np.ndarray], None] | None = None,
 ) -> np.ndarray:
-    """Embed ``texts`` (no cache) in planned batches; ``on_batch(indices, vectors)`` after each one."""
+    """Embed ``texts`` (no cache) in planned batches; ``on_batch(indices, vectors)`` after each success.
+
+    ``on_batch`` also runs for the parts of a split batch that succeeded before a failing input
+    raises ProviderUnavailable, so the caller can keep (cache) them.
+    """
     if not texts:
         return np.zeros((0, provider.dims or 0), dtype=np.float32)
-    out: np.ndarray | None = None
+    state: dict[str, np.ndarray] = {}
+
     for idx in plan_batches(texts, max_tokens=max_tokens, max_inputs=max_inputs):
-        vecs = _embed_split(provider, [texts[i] for i in idx], provider.embed_batch, sleep)
-        if out is None:
-            out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
-        elif vecs.shape[1] != out.shape[1]:
-            raise _unavailable(provider, ValueError("inconsistent vector dimensions"), "between batches")
-        out[idx] = vecs
-        if on_batch is not None:
-            on_batch(idx, vecs)
-    assert out is not None
-    return out
+
+        def emit(offset: int, vecs: np.ndarray, idx: list[int] = idx) -> None:
+            out = state.get("out")
+            if out is None:
+                out = state["out"] = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
+            elif vecs.shape[1] != out.shape[1]:
+                raise _unavailable(provider, ValueError("inconsistent vector dimensions"), "between batches")
+            part = idx[offset : offset + len(vecs)]
+            out[part] = vecs
+            if on_batch is not None:
+                on_batch(part, vecs)
+
+        _embed_split(provider, [texts[i] for i in idx], provider.embed_batch, sleep, emit)
+    return state["out"]
 
 
 def embed_chunks(
