@@ -1,0 +1,1 @@
+"""The OpenClaw gateway server (protocol 4) for the memory methods."""

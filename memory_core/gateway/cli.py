@@ -1,0 +1,138 @@
+"""``memory-core serve`` (the gateway WebSocket server) and ``memory-core mcp`` (the MCP stdio server).
+
+Registered into the core CLI through ``register(subparsers, common)``; ``main()`` runs the same
+commands standalone (``python -m memory_core.gateway.cli serve ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from memory_core.errors import ConfigError, MemoryCoreError
+
+
+def load_service_config(args: argparse.Namespace) -> Any:
+    """The config for ``--config``/``--workspace``/``--agent`` (the agent becomes the default agent)."""
+    from memory_core.config import load_config
+
+    overrides: dict[str, Any] = {}
+    workspace = getattr(args, "workspace", None)
+    if workspace:
+        import os
+
+        ws = os.path.abspath(os.path.expanduser(workspace))
+        if not os.path.isdir(ws):
+            raise ConfigError(f"workspace {ws} does not exist or is not a folder; pass --workspace PATH")
+        overrides["workspace"] = ws
+    cfg = load_config(getattr(args, "config", None), overrides=overrides or None)
+    agent = getattr(args, "agent", None)
+    if agent and agent != cfg.agent_id:
+        cfg = cfg.for_agent(agent)
+    return cfg
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from memory_core.gateway.handlers import MemoryService
+    from memory_core.gateway.server import resolve_auth, run_gateway
+
+    cfg = load_service_config(args)
+    host = args.host or cfg.gateway.host
+    port = cfg.gateway.port if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be 0..65535 (0 picks a free port), not {port}")
+    auth = resolve_auth(mode=args.auth, host=host, token=args.token, password=args.password, config=cfg)
+    service = MemoryService(cfg)
+
+    def ready(server: Any) -> None:
+        agents = ", ".join(service.agents.ids)
+        print(f"memory-core gateway listening on {server.url} (auth {auth.mode}; agents: {agents})", flush=True)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await run_gateway(service, auth=auth, host=host, port=port, on_ready=ready, stop=stop)
+
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        raise MemoryCoreError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from exc
+    finally:
+        service.close()
+    return 0
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from memory_core.mcp_server import run_stdio
+
+    cfg = load_service_config(args)
+    run_stdio(cfg)
+    return 0
+
+
+def _common() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("global options")
+    g.add_argument("--workspace", metavar="PATH", help="agent workspace (default: configured workspace)")
+    g.add_argument("--agent", metavar="ID", default=None, help="default agent id (default: main)")
+    g.add_argument("--config", metavar="FILE", help="TOML or JSON config file")
+    return p
+
+
+def register(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
+    parents = [common if common is not None else _common()]
+    p = sub.add_parser(
+        "serve",
+        parents=parents,
+        help="serve memory.search/get/status over the OpenClaw gateway protocol (WebSocket)",
+        description="Serve memory.search (v1 and v2), memory.get and memory.status to OpenClaw clients "
+        "(`openclaw gateway call memory.search --url ws://127.0.0.1:PORT --token T`). Every configured "
+        "agent is served (params.agentId). The token comes from --token, MEMORY_CORE_GATEWAY_TOKEN or "
+        "gateway.token; without one the server refuses to start unless --auth none is given on loopback.",
+    )
+    p.add_argument("--host", default=None, help="address to bind (default: gateway.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default: gateway.port; 0 picks a free port)")
+    p.add_argument("--auth", choices=("token", "password", "none"), default=None,
+                   help="connect authentication (default: gateway.auth, token); none only on loopback")
+    p.add_argument("--token", default=None, help="gateway token (prefer MEMORY_CORE_GATEWAY_TOKEN: argv is visible)")
+    p.add_argument("--password", default=None, help="gateway password (prefer MEMORY_CORE_GATEWAY_PASSWORD)")
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser(
+        "mcp",
+        parents=parents,
+        help="run an MCP server on stdio with the memory_search and memory_get tools",
+        description="Expose memory_search {query, maxResults?, minScore?, corpus?} and memory_get "
+        "{path, from?, lines?, corpus?} to agents over MCP (stdio).",
+    )
+    p.set_defaults(func=_cmd_mcp)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memory-core")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    register(sub, None)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except MemoryCoreError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The gateway memory methods: ``memory.search`` (v1 and v2), ``memory.get`` and ``memory.status``.
+
+v1 (no ``version`` or ``version: 1``) answers in the released OpenClaw 2026.9.6 shape
+``{agentId, provider, searchMode, results, stale?, warning?, action?}`` from the agent's engine
+(the legacy manager path). v2, get and status are the neutral handler of provider-runtime.md §4.2:
+validate, open the ``memory-core`` provider through host enforcement (``memory_core.host``) with
+operator authority and purpose ``"cli"``, call exactly one method, recheck currency, answer
+``{version: 2, agentId, providerId, ...result}``, map any failure to ``UNAVAILABLE`` and always
+close the lease. Blocking engine work runs in threads so the event loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memory_core.errors import AuthorityNotCurrent, Forbidden, MemoryCoreError
+from memory_core.gateway.params import (
+    Agents,
+    as_record,
+    memory_version,
+    parse_operation,
+    parse_v1_search,
+)
+from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
+from memory_core.provider.types import (
+    AbortSignal,
+    MemoryCallerContext,
+    MemoryProviderOpenParams,
+    MemoryProviderOpenResult,
+    OperatorAuthority,
+    to_json,
+)
+
+if TYPE_CHECKING:
+    from memory_core.config import MemoryCoreConfig
+
+PROVIDER_ID = "memory-core"
+REQUEST_NOT_CURRENT = "Memory request authority is no longer active"
+REQUIRES_OPERATOR = "Memory provider reads require an authenticated operator connection"
+PROVIDER_UNAVAILABLE = "Memory provider unavailable"
+
+
+def error_message(exc: BaseException) -> str:
+    """``formatErrorMessage``: the error's own message, never empty."""
+    if isinstance(exc, MemoryCoreError):
+        return exc.message or type(exc).__name__
+    return str(exc) or type(exc).__name__
+
+
+def v1_result(hit: Any) -> dict[str, Any]:
+    """One hit in the 2026.9.6 ``MemorySearchResult`` form (no internal id, mtime or citation)."""
+    data = hit.to_dict() if hasattr(hit, "to_dict") else dict(hit)
+    for key in ("id", "sourceMtime", "citation"):
+        data.pop(key, None)
+    return data
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class _CoreRuntime:
+    """The ``memory-core`` providerRuntime as the host sees it: ``open(params)`` per lease."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self._service = service
+
+    async def open(self, params: MemoryProviderOpenParams) -> MemoryProviderOpenResult:
+        from memory_core.provider import open_memory_core_provider
+
+        config = await asyncio.to_thread(self._service.agent_config, params.agent_id)
+        kwargs: dict[str, Any] = {}
+        accepted = inspect.signature(open_memory_core_provider).parameters
+        if "core" in accepted:
+            kwargs["core"] = await asyncio.to_thread(self._service.core, params.agent_id)
+        result = open_memory_core_provider(config, params.agent_id, params.context, params.purpose, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+class MemoryService:
+    """Everything the gateway serves for one config: its agents, their engines and the provider host.
+
+    Engines (``MemoryCore``) are opened lazily, once per agent, and shared by all connections.
+    """
+
+    def __init__(self, config: MemoryCoreConfig, *, provider_id: str = PROVIDER_ID) -> None:
+        from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
+
+        self.config = config
+        self.provider_id = provider_id
+        ids = [Agents.normalize(config.agent_id)]
+        ids += [Agents.normalize(a) for a in config.agents if Agents.normalize(a) not in ids]
+        self.agents = Agents(ids=tuple(ids), default=ids[0])
+        self._lock = threading.Lock()
+        self._configs: dict[str, MemoryCoreConfig] = {}
+        self._cores: dict[str, Any] = {}
+        self.host = MemoryHost(MemoryCapabilityRegistration(plugin_id=provider_id, provider_runtime=_CoreRuntime(self)))
+
+    def agent_config(self, agent_id: str) -> MemoryCoreConfig:
+        with self._lock:
+            cfg = self._configs.get(agent_id)
+            if cfg is None:
+                cfg = self.config if agent_id == Agents.normalize(self.config.agent_id) else self.config.for_agent(agent_id)
+                self._configs[agent_id] = cfg
+            return cfg
+
+    def core(self, agent_id: str) -> Any:
+        """The agent's engine, opened on first use (raises what ``MemoryCore`` raises)."""
+        cfg = self.agent_config(agent_id)
+        with self._lock:
+            core = self._cores.get(agent_id)
+            if core is None:
+                from memory_core.core import MemoryCore
+
+                core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
+                self._cores[agent_id] = core
+            return core
+
+    def search_mode(self, agent_id: str) -> str:
+        return "hybrid" if self.agent_config(agent_id).vectors_enabled else "fts-only"
+
+    def close(self) -> None:
+        with self._lock:
+            cores, self._cores = list(self._cores.values()), {}
+        for core in cores:
+            try:
+                core.close()
+            except Exception:  # noqa: BLE001 - closing must go on for the other agents
+                pass
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(eq=False)
+class RequestScope:
+    """One in-flight request: the connection's session and the signals that end its authority."""
+
+    session: Session
+    connection_open: Callable[[], bool]
+    signal: AbortSignal = field(default_factory=AbortSignal)
+    open: bool = True
+
+    def assert_current(self) -> None:
+        self.signal.throw_if_aborted()
+        if not self.open or not self.connection_open():
+            raise AuthorityNotCurrent(REQUEST_NOT_CURRENT)
+
+
+class MemoryMethods:
+    """Dispatch of the served methods; every method returns the response payload or raises GatewayError."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+        self.handlers = {
+            "memory.search": self.search,
+            "memory.get": self.neutral,
+            "memory.status": self.neutral,
+        }
+
+    async def call(self, method: str, params: Any, scope: RequestScope) -> dict[str, Any]:
+        handler = self.handlers.get(method)
+        if handler is None:
+            raise invalid_request(f"unknown method: {method}")
+        return await handler(method, as_record(params), scope)
+
+    async def search(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
+        if memory_version(params) == 2:
+            return await self.neutral(method, params, scope)
+        return await self.search_v1(params)
+
+    async def search_v1(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The 2026.9.6 handler: validate, search the agent's engine, answer the file-shaped payload."""
+        request = parse_v1_search(params)
+        agent_id = self.service.agents.resolve_v1(params)
+        try:
+            core = await asyncio.to_thread(self.service.core, agent_id)
+        except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
+            raise unavailable(f"memory search unavailable: {error_message(exc)}") from exc
+        try:
+            hits = await asyncio.to_thread(
+                core.search, request.query, max_results=request.max_results, min_score=request.min_score
+            )
+        except Exception as exc:  # noqa: BLE001
+            raise unavailable(f"memory search failed: {error_message(exc)}") from exc
+        cfg = self.service.agent_config(agent_id)
+        return {
+            "agentId": agent_id,
+            "provider": cfg.provider,
+            "searchMode": self.service.search_mode(agent_id),
+            "results": [v1_result(hit) for hit in hits],
+        }
+
+    async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
+        """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
+        operation = parse_operation(method, params)
+        agent_id = self.service.agents.resolve_v2(params)
+        provider = None
+        try:
+            scope.assert_current()
+            session = scope.session
+            if session.role != "operator" or not session.conn_id:
+                raise Forbidden(REQUIRES_OPERATOR)
+            context = MemoryCallerContext(
+                authority=OperatorAuthority(scopes=tuple(session.scopes), conn_id=session.conn_id),
+                assert_current=scope.assert_current,
+                signal=scope.signal,
+            )
+            acquired = await self.service.host.open(
+                MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose="cli", cfg=self.service.config)
+            )
+            provider = acquired.provider
+            if provider is None:
+                raise RuntimeError(acquired.error or PROVIDER_UNAVAILABLE)
+            if operation.kind == "search":
+                result = await provider.search(operation.request)
+            elif operation.kind == "get":
+                result = await provider.get(operation.request)
+            else:
+                result = await provider.health()
+            scope.assert_current()
+            return {"version": 2, "agentId": agent_id, "providerId": acquired.provider_id, **to_json(result)}
+        except GatewayError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure, denials included, is UNAVAILABLE
+            raise unavailable(error_message(exc)) from exc
+        finally:
+            scope.open = False
+            if provider is not None:
+                try:
+                    await provider.close()
+                except Exception:  # noqa: BLE001 - the response is already decided
+                    pass
+

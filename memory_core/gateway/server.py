@@ -1,0 +1,300 @@
+"""The gateway WebSocket server (protocol 4) on asyncio ``websockets``.
+
+Per connection: send ``connect.challenge``; the first request must be ``connect`` (frames before it
+are capped at 64 KiB); after hello-ok every ``req`` runs as its own task (responses carry the
+request id and may arrive in any order), so one slow search never blocks the connection or the
+server. Behaviour on bad frames follows the real 2026.9.6 gateway:
+
+- before connect: a request other than ``connect`` gets ``INVALID_REQUEST "invalid handshake: first
+  request must be connect"`` then close 1008; a frame that is not a JSON request (non-JSON text,
+  binary junk, another frame type) closes 1008 ``invalid request frame``; a frame over 64 KiB
+  closes 1009 ``preauth payload too large``; a bad ``connect`` gets its error then close 1008
+  (1002 for a protocol mismatch);
+- after connect: a frame that is not a valid request gets ``INVALID_REQUEST "invalid request frame:
+  ..."`` (with the frame's id, or ``"invalid"``) and the connection stays open; a frame over the
+  25 MiB ``maxPayload`` closes 1009.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from memory_core import __version__
+from memory_core.errors import ConfigError
+from memory_core.gateway import protocol as p
+from memory_core.gateway.handlers import MemoryMethods, MemoryService, RequestScope, error_message
+
+log = logging.getLogger("memory_core.gateway")
+
+SERVER_VERSION = f"memory-core-{__version__}"
+HANDSHAKE_TIMEOUT_S = 10.0
+TOKEN_ENV = "MEMORY_CORE_GATEWAY_TOKEN"
+PASSWORD_ENV = "MEMORY_CORE_GATEWAY_PASSWORD"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_auth(
+    *,
+    mode: str | None,
+    host: str,
+    token: str | None = None,
+    password: str | None = None,
+    config: Any = None,
+    env: dict[str, str] | None = None,
+) -> p.AuthSettings:
+    """Pick the auth mode and secret; refuse to run open unless ``--auth none`` on loopback.
+
+    ``mode`` is the explicit ``--auth`` flag (None = the config's ``gateway.auth``, default token).
+    Secrets: flag, then ``MEMORY_CORE_GATEWAY_TOKEN``/``_PASSWORD``, then ``gateway.token``/``password``.
+    """
+    env = dict(os.environ) if env is None else env
+    gw = getattr(config, "gateway", None)
+    if mode == "none":
+        if not is_loopback(host):
+            raise ConfigError(
+                f"--auth none is allowed only on a loopback address (127.0.0.1, ::1, localhost), not {host!r}; "
+                f"set a token (MEMORY_CORE_GATEWAY_TOKEN or gateway.token) to listen on {host}"
+            )
+        return p.AuthSettings("none")
+    effective = mode or (gw.auth if gw is not None else "token")
+    if effective == "none":
+        raise ConfigError(
+            "gateway.auth = \"none\" in the config is not enough to run without authentication: pass "
+            "--auth none explicitly (loopback only), or set a token (MEMORY_CORE_GATEWAY_TOKEN or gateway.token)"
+        )
+    if effective == "password":
+        secret = password or env.get(PASSWORD_ENV) or (gw.password if gw is not None else None)
+        if not secret:
+            raise ConfigError(
+                "gateway auth is \"password\" but no password is set: pass --password, set "
+                f"{PASSWORD_ENV}, or set gateway.password in the config"
+            )
+        return p.AuthSettings("password", secret)
+    if effective != "token":
+        raise ConfigError(f"gateway.auth must be token, password or none, not {effective!r}")
+    secret = token or env.get(TOKEN_ENV) or (gw.token if gw is not None else None)
+    if not secret:
+        raise ConfigError(
+            f"no gateway token: set {TOKEN_ENV} or gateway.token in the config (or pass --token); "
+            "to run without authentication on loopback only, pass --auth none explicitly"
+        )
+    return p.AuthSettings("token", secret)
+
+
+class GatewayServer:
+    """Serves the memory methods of one :class:`MemoryService` over protocol 4."""
+
+    def __init__(
+        self,
+        service: MemoryService,
+        *,
+        auth: p.AuthSettings,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_payload: int = p.MAX_PAYLOAD,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        tick_interval_s: float = p.TICK_INTERVAL_MS / 1000,
+    ) -> None:
+        self.service = service
+        self.methods = MemoryMethods(service)
+        self.auth = auth
+        self.host = host
+        self.port = port
+        self.max_payload = max_payload
+        self.handshake_timeout_s = handshake_timeout_s
+        self.tick_interval_s = tick_interval_s
+        self._server: Server | None = None
+        self.connections = 0
+
+    async def start(self) -> None:
+        self._server = await serve(
+            self._handle,
+            self.host,
+            self.port,
+            compression=None,  # small JSON frames: deflate costs more than it saves on loopback
+            max_size=self.max_payload,
+            max_queue=64,
+            ping_interval=None,
+            logger=log,
+        )
+        sock = next(iter(self._server.sockets))
+        self.port = sock.getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}"
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None, "call start() first"
+        await self._server.serve_forever()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def __aenter__(self) -> GatewayServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ one connection
+
+    async def _send(self, ws: ServerConnection, frame: dict[str, Any]) -> None:
+        try:
+            await ws.send(p.encode(frame))
+        except ConnectionClosed:
+            pass
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        self.connections += 1
+        conn_id = str(uuid.uuid4())
+        tasks: set[asyncio.Task[None]] = set()
+        scopes: set[RequestScope] = set()
+        tick: asyncio.Task[None] | None = None
+        try:
+            await self._send(ws, p.challenge_event())
+            session = await self._handshake(ws, conn_id)
+            if session is None:
+                return
+            tick = asyncio.create_task(self._tick(ws))
+            async for message in ws:
+                self._dispatch_frame(ws, session, message, tasks, scopes)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.connections -= 1
+            if tick is not None:
+                tick.cancel()
+            for scope in list(scopes):
+                scope.signal.abort("connection closed")
+            for task in list(tasks):
+                task.cancel()
+
+    async def _handshake(self, ws: ServerConnection, conn_id: str) -> p.Session | None:
+        try:
+            message = await asyncio.wait_for(ws.recv(), self.handshake_timeout_s)
+        except TimeoutError:
+            await ws.close(p.CLOSE_POLICY, "connect timeout")
+            return None
+        size = len(message) if isinstance(message, bytes) else len(message.encode("utf-8"))
+        if size > p.MAX_PREAUTH_PAYLOAD:
+            await ws.close(p.CLOSE_TOO_BIG, p.PREAUTH_TOO_LARGE)
+            return None
+        try:
+            request = p.parse_request(message)
+        except p.FrameError:
+            await ws.close(p.CLOSE_POLICY, "invalid request frame")
+            return None
+        try:
+            if request.method != "connect":
+                raise p.invalid_request(p.FIRST_REQUEST_MUST_BE_CONNECT, close_code=p.CLOSE_POLICY)
+            session = p.accept_connect(request.params, self.auth, conn_id)
+        except p.GatewayError as err:
+            await self._send(ws, p.response_error(request.id, err))
+            await ws.close(err.close_code or p.CLOSE_POLICY, p.truncate_close_reason(err.close_reason or err.message))
+            return None
+        await self._send(ws, p.response_ok(request.id, p.hello_ok(session, SERVER_VERSION)))
+        return session
+
+    async def _tick(self, ws: ServerConnection) -> None:
+        # Long-lived clients close with 4000 "tick timeout" after two silent intervals.
+        while True:
+            await asyncio.sleep(self.tick_interval_s)
+            await self._send(ws, {"type": "event", "event": "tick", "payload": {"ts": p.now_ms()}})
+
+    def _dispatch_frame(
+        self,
+        ws: ServerConnection,
+        session: p.Session,
+        message: str | bytes,
+        tasks: set[asyncio.Task[None]],
+        scopes: set[RequestScope],
+    ) -> None:
+        try:
+            request = p.parse_request(message)
+        except p.FrameError as err:
+            text = err.message if err.message.startswith("invalid request frame") else f"invalid request frame: {err.message}"
+            frame = p.response_error(err.req_id or "invalid", p.invalid_request(text))
+            self._spawn(tasks, self._send(ws, frame))
+            return
+        scope = RequestScope(session=session, connection_open=lambda: ws.close_code is None)
+        scopes.add(scope)
+        task = self._spawn(tasks, self._run(ws, request, scope))
+        task.add_done_callback(lambda _t: scopes.discard(scope))
+
+    def _spawn(self, tasks: set[asyncio.Task[None]], coro: Any) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
+    async def _run(self, ws: ServerConnection, request: p.Request, scope: RequestScope) -> None:
+        try:
+            if request.method == "connect":
+                raise p.invalid_request(p.CONNECT_ONLY_FIRST)
+            if request.method in p.METHOD_SCOPES:
+                p.check_method_scope(scope.session, request.method)
+            payload = await self.methods.call(request.method, request.params, scope)
+            frame = p.response_ok(request.id, payload)
+            try:
+                text = p.encode(frame)
+            except ValueError as exc:  # a NaN score must not reach JSON.parse in the client
+                raise p.unavailable(f"memory response could not be encoded: {exc}") from exc
+        except p.GatewayError as err:
+            text = p.encode(p.response_error(request.id, err))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one failed request never takes the connection down
+            log.exception("request %s %s failed", request.method, request.id)
+            text = p.encode(p.response_error(request.id, p.unavailable(error_message(exc))))
+        finally:
+            scope.open = False
+        try:
+            await ws.send(text)
+        except ConnectionClosed:
+            pass
+
+
+async def run_gateway(
+    service: MemoryService,
+    *,
+    auth: p.AuthSettings,
+    host: str,
+    port: int,
+    on_ready: Callable[[GatewayServer], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Start the server, report readiness, serve until ``stop`` is set (or the task is cancelled)."""
+    server = GatewayServer(service, auth=auth, host=host, port=port)
+    await server.start()
+    try:
+        if on_ready is not None:
+            on_ready(server)
+        if stop is None:
+            await server.serve_forever()
+        else:
+            await stop.wait()
+    finally:
+        await server.close()
