@@ -388,9 +388,16 @@ class MemoryCoreConfig(_Model):
 
     def for_agent(self, agent_id: str) -> MemoryCoreConfig:
         """This config with ``agents.<agent_id>`` overrides merged per key (upstream ``mergeConfig``)."""
-        base = copy.deepcopy(self._raw) if self._raw else self.model_dump(by_alias=True, exclude={"agents"})
-        base.pop("agents", None)
+        # The resolved values are the base (so model_copy(update=...) changes survive), except the
+        # hybrid weights, which upstream merges raw and normalises after the merge.
+        base = self.model_dump(by_alias=True, exclude={"agents"})
         override = _normalise_keys(self.agents.get(agent_id) or {})
+        o_hybrid = ((override.get("query") or {}).get("hybrid") or {}) if isinstance(override.get("query"), dict) else {}
+        if isinstance(o_hybrid, dict) and ({"vectorWeight", "textWeight"} & set(o_hybrid)):
+            r_hybrid = ((self._raw.get("query") or {}).get("hybrid") or {}) if self._raw else {}
+            hybrid = base["query"]["hybrid"]
+            hybrid["vectorWeight"] = r_hybrid.get("vectorWeight", DEFAULT_VECTOR_WEIGHT)
+            hybrid["textWeight"] = r_hybrid.get("textWeight", DEFAULT_TEXT_WEIGHT)
         merged = _merge_agent(base, override)
         merged["agentId"] = agent_id
         merged["agents"] = self.agents

@@ -340,3 +340,11 @@ def test_index_identity_and_mismatch():
     assert identity_mismatch(fts, other) == ["scopeHash", "chunkTokens", "ftsTokenizer"]
     assert identity_mismatch({**sem, "vectorDims": 768}, sem) == ["vectorDims"]
     assert identity_mismatch(None, sem)[0] == "model"
+
+
+def test_for_agent_keeps_model_copy_updates(tmp_path):
+    cfg = load_config(env={}, overrides={"agents": {"ops": {"query": {"maxResults": 2}}}})
+    moved = cfg.model_copy(update={"workspace": str(tmp_path)})
+    ops = moved.for_agent("ops")
+    assert (ops.workspace, ops.agent_id, ops.query.max_results, ops.agents) == (str(tmp_path), "ops", 2, cfg.agents)
+    assert load_config(env={}, overrides={"agentId": "ops", "agents": {"ops": {"query": {"maxResults": 2}}}}).query.max_results == 2
