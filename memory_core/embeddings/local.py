@@ -29,6 +29,9 @@ MAX_TOKENS = 256
 MAX_INPUT_BYTES = 2048
 RUN_BATCH = 32  # rows per onnxruntime call: bounds memory for 64-input batches of 256 tokens
 TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
+# One ONNX session per (model file, threads) per process: several agents share the loaded model.
+_SESSIONS: dict[tuple[str, int], Any] = {}
+_SESSIONS_LOCK = threading.Lock()
 
 
 def default_model_path() -> Path | None:
@@ -85,7 +88,6 @@ class LocalMiniLMProvider:
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self._session: Any = None
         self._input_names: set[str] = set()
-        self._lock = threading.Lock()
         self.provider_key = compute_provider_key(
             {
                 "provider": PROVIDER_ID,
@@ -102,21 +104,25 @@ class LocalMiniLMProvider:
         return f"LocalMiniLMProvider(model={self.model!r}, path={self.model_path!r})"
 
     def _ensure_session(self) -> Any:
-        with self._lock:
-            if self._session is None:
+        if self._session is not None:
+            return self._session
+        key = (self.model_path, self._threads)
+        with _SESSIONS_LOCK:
+            session = _SESSIONS.get(key)
+            if session is None:
                 opts = self._ort.SessionOptions()
                 opts.intra_op_num_threads = self._threads
                 opts.inter_op_num_threads = 1
                 try:
-                    self._session = self._ort.InferenceSession(
+                    session = self._ort.InferenceSession(
                         self.model_path, sess_options=opts, providers=["CPUExecutionProvider"]
                     )
                 except Exception as exc:  # onnxruntime raises its own exception types
-                    raise ProviderUnavailable(
-                        f"provider 'local': cannot load {self.model_path}: {exc}"
-                    ) from None
-                self._input_names = {i.name for i in self._session.get_inputs()}
-            return self._session
+                    raise ProviderUnavailable(f"provider 'local': cannot load {self.model_path}: {exc}") from None
+                _SESSIONS[key] = session
+            self._input_names = {i.name for i in session.get_inputs()}
+            self._session = session
+        return session
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
