@@ -204,22 +204,24 @@ class Freshness:
 
         def indexed_fn() -> dict[str, tuple[float | None, int | None]]:
             out: dict[str, tuple[float | None, int | None]] = {}
-            writer = _core_writer(core)
-            for source in ("memory", "sessions"):
-                for rel, row in writer.indexed_stats(source).items():
-                    out[_abs_for(rel, source, workspace, sessions_dir)] = (row[0], row[1])
+            for source, rel, mtime, size in _read_index_rows(core.db_path, "sources"):
+                out[_abs_for(rel, source, workspace, sessions_dir)] = (mtime, size)
             return out
 
         def forgotten_fn() -> list[str]:
-            writer = _core_writer(core)
-            return [_abs_for(p, s, workspace, sessions_dir) for s, p, _ in writer.forgotten_paths()]
+            return [_abs_for(rel, source, workspace, sessions_dir)
+                    for source, rel in _read_index_rows(core.db_path, "forgotten")]
 
         def sync_fn(paths: Sequence[str] | None, reason: str, force: bool) -> Any:
-            return core.sync(reason=reason, force=force, paths=list(paths) if paths is not None else None)
+            rel = None if paths is None else sorted({_rel_for(p, workspace, sessions_dir) for p in paths})
+            return core.sync(reason=reason, force=force, paths=rel)
 
         def paused_fn() -> str | None:
-            fn = getattr(core, "identity_problem", None)
-            return fn() if callable(fn) else None
+            state = core.identity_state()
+            if state.get("state") == "mismatch":
+                changed = ", ".join(state.get("mismatch") or []) or "settings"
+                return f"the index was built with different settings ({changed} changed); search is paused"
+            return None
 
         return cls(
             sync_fn=sync_fn,
@@ -404,6 +406,17 @@ class Freshness:
                 for p, d in self._sessions.items()
                 if d.pending_bytes or d.pending_messages
             }
+
+    def forget_path(self, indexed_path: str) -> None:
+        """A session was forgotten: stop tracking it (its tombstone keeps it out of the index)."""
+        sd = self.targets.sessions_dir
+        if not sd:
+            return
+        path = os.path.join(sd, os.path.basename(indexed_path))
+        with self._cond:
+            self._dirty_paths.discard(path)
+            self._sessions.pop(path, None)
+            self._verified[path] = _stat(path)
 
     # ------------------------------------------------------------------ cheap reconcile
 
@@ -800,17 +813,43 @@ def _abs_for(rel: str, source: str, workspace: str, sessions_dir: str | None) ->
     return os.path.normpath(os.path.join(workspace, rel))
 
 
-def _core_writer(core: Any) -> Any:
-    for name in ("writer", "_writer"):
-        w = getattr(core, name, None)
-        if w is not None:
-            return w() if callable(w) and not hasattr(w, "indexed_stats") else w
-    raise AttributeError("MemoryCore exposes no index writer")
+def _rel_for(path: str, workspace: str, sessions_dir: str | None) -> str:
+    """The indexed path of an absolute source path (``sessions/<name>`` for transcripts)."""
+    if sessions_dir and os.path.dirname(path) == sessions_dir.rstrip(os.sep):
+        return "sessions/" + os.path.basename(path)
+    from memory_core.sources import relative_source_path
+
+    return relative_source_path(workspace, path)
+
+
+def register(subparsers: Any, common: Any) -> None:
+    """CLI registry hook (``memory_core.cli.COMMAND_MODULES``): ``forget`` and ``watch``."""
+    from memory_core.forget_cli import register as _register
+
+    _register(subparsers, common)
+
+
+def _read_index_rows(db_path: str, what: str) -> list[tuple]:
+    """Source rows (source, path, mtime, size) or tombstones (source, path) through a short-lived
+    read-only connection: never the writer's, which a full reindex closes and swaps."""
+    if not os.path.exists(db_path):
+        return []
+    from host_facades.engine_knn import open_readonly
+
+    import apsw
+
+    conn = open_readonly(db_path, load_vec=False)
+    try:
+        if what == "sources":
+            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_sources"))
+        return list(conn.execute("SELECT source, path FROM memory_index_forgotten"))
+    except apsw.SQLError:
+        return []  # schema not created yet
+    finally:
+        conn.close()
 
 
 def _core_sessions_dir(core: Any) -> str | None:
-    for name in ("sessions_dir", "_sessions_dir"):
-        v = getattr(core, name, None)
-        if isinstance(v, str):
-            return v
-    return core.config.sessions_dir
+    from memory_core.indexer import resolve_sessions_dir
+
+    return resolve_sessions_dir(core.config, core.workspace)

@@ -1,0 +1,120 @@
+"""``memory-core forget --session KEY`` and ``memory-core watch`` (registered through
+:func:`memory_core.freshness.register`, the module the CLI registry lists for H8).
+
+Forgetting removes a session transcript's chunks and derived rows and leaves a tombstone, so a
+later sync never publishes that transcript again (spec §1.4, §8.5). Memory files are refused:
+their entries come from the file, so the way to forget them is to edit or delete the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from memory_core.errors import ForgetRefused, InvalidRequest
+
+
+def session_index_path(key: str) -> str:
+    """The indexed path ``sessions/<file>`` for a session key, file name or transcript path.
+
+    Raises :class:`ForgetRefused` for a memory file and :class:`InvalidRequest` for an empty key.
+    """
+    raw = (key or "").strip().replace("\\", "/")
+    if not raw:
+        raise InvalidRequest("--session needs a session key or transcript file name, e.g. --session 3f2a.jsonl")
+    base = raw.rstrip("/").rsplit("/", 1)[-1]
+    lowered = raw.lower()
+    if (
+        lowered.endswith(".md")
+        or lowered.startswith("memory/")
+        or "/memory/" in lowered
+        or base in ("MEMORY.md", "memory.md", "USER.md")
+    ):
+        raise ForgetRefused(
+            f"{raw} is a memory file: memory files are not forgotten, they are edited. Edit or delete {raw} "
+            "(remove the entries you want gone); the next sync removes them from the index"
+        )
+    if not base.endswith(".jsonl") and ".jsonl." not in base:
+        base += ".jsonl"
+    return f"sessions/{base}"
+
+
+def forget_session(core: Any, key: str) -> dict[str, Any]:
+    """Forget one session through ``core``; returns ``{path, chunksRemoved, forgotten: True}``."""
+    path = session_index_path(key)
+    removed = core.forget_session(path)
+    fresh = getattr(core, "_freshness", None)
+    if fresh is not None:
+        fresh.forget_path(path)
+    return {"path": path, "chunksRemoved": int(removed), "forgotten": True}
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    from memory_core.cli import open_core, print_json
+
+    core = open_core(args)
+    try:
+        out = forget_session(core, args.session)
+    finally:
+        core.close()
+    if args.json:
+        print_json(out)
+    else:
+        print(f"Forgot {out['path']}: {out['chunksRemoved']} chunk(s) removed; "
+              "a tombstone keeps later syncs from indexing it again")
+    return 0
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    """Keep the index fresh in the foreground until interrupted (what ``serve`` does in the background)."""
+    from memory_core.cli import open_core
+    from memory_core.freshness import Freshness, FreshnessSettings
+
+    core = open_core(args)
+    overrides = {}
+    if args.debounce_ms is not None:
+        overrides["watch_debounce_ms"] = args.debounce_ms
+    fresh = Freshness.for_core(core, FreshnessSettings.from_config(core.config, watch=True, **overrides))
+    core._freshness = fresh  # noqa: SLF001 - so MemoryCore.search/status see this scheduler
+    fresh.start()
+    print(f"Watching {core.workspace} (agent {core.agent_id}); Ctrl-C to stop", file=sys.stderr)
+    seen = 0
+    deadline = time.monotonic() + args.seconds if args.seconds else None
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(0.2)
+            log = list(fresh.sync_log)
+            for entry in log[seen:] if len(log) >= seen else log:
+                scope = "full" if entry["full"] else f"{entry['paths']} file(s)"
+                state = "ok" if entry["ok"] else f"failed: {fresh.last_sync_error}"
+                print(f"sync ({entry['reason']}, {scope}) {entry['ms']:.0f} ms {state}", file=sys.stderr)
+            seen = len(log)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fresh.close()
+        core.close()
+    return 0
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "forget", parents=[common], help="forget a session transcript (tombstoned: never indexed again)",
+        description="Remove a session transcript's chunks from the index and leave a tombstone, so later "
+                    "syncs never index it again. Memory files are not forgotten: edit the file instead.",
+    )
+    p.add_argument("--session", required=True, metavar="KEY",
+                   help="session key, transcript file name (abc.jsonl) or indexed path (sessions/abc.jsonl)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_forget)
+
+    p = subparsers.add_parser(
+        "watch", parents=[common], help="keep the index fresh in the foreground (watcher + syncs)",
+        description="Watch MEMORY.md, USER.md, memory/, extra paths and transcripts and sync on change, "
+                    "until interrupted.",
+    )
+    p.add_argument("--debounce-ms", type=int, default=None, help="override sync.watchDebounceMs")
+    p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
+    p.set_defaults(func=_cmd_watch)
