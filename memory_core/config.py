@@ -19,7 +19,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -27,6 +27,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -65,6 +66,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, alias_generator=_camel, validate_default=False
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode turns true into 1; a boolean where a number belongs is a mistake.
+        if isinstance(v, bool) and info.field_name:
+            ann = cls.model_fields[info.field_name].annotation
+            args = set(get_args(ann)) or {ann}
+            if bool not in args and args & {int, float}:
+                raise ValueError("must be a number, not a boolean")
+        return v
 
 
 def _clamp(value: float, lo: float, hi: float) -> float:
@@ -599,6 +611,8 @@ def _describe(err: Mapping[str, Any]) -> str:
         return f"must be one of {ctx.get('expected')}"
     if kind == "extra_forbidden":
         return "is not a known setting (check the spelling; keys are camelCase as in OpenClaw)"
+    if kind == "value_error":
+        return str(ctx.get("error") or err.get("msg", "is invalid"))
     if kind == "string_too_short":
         return "must not be empty"
     return str(err.get("msg", "is invalid"))
@@ -654,9 +668,13 @@ def load_config(
 ) -> MemoryCoreConfig:
     """Defaults < TOML/JSON file < ``MEMORY_CORE_*`` env (``os.environ`` if None) < ``overrides``.
 
+    Without ``path``, the file named by ``MEMORY_CORE_CONFIG`` is read, if set.
+
     Invalid values raise ConfigError naming the camelCase key path, the allowed range and the origin.
     """
     env = os.environ if env is None else env
+    if path is None and env.get("MEMORY_CORE_CONFIG"):
+        path = env["MEMORY_CORE_CONFIG"]
     data: dict[str, Any] = {}
     origins: dict[str, str] = {}
     if path is not None:

@@ -348,3 +348,16 @@ def test_for_agent_keeps_model_copy_updates(tmp_path):
     ops = moved.for_agent("ops")
     assert (ops.workspace, ops.agent_id, ops.query.max_results, ops.agents) == (str(tmp_path), "ops", 2, cfg.agents)
     assert load_config(env={}, overrides={"agentId": "ops", "agents": {"ops": {"query": {"maxResults": 2}}}}).query.max_results == 2
+
+
+def test_boolean_is_not_a_number():
+    msg = _err(env={}, overrides={"chunking": {"tokens": True}})
+    assert msg == "invalid configuration: chunking.tokens: must be a number, not a boolean (got True); set in overrides"
+    assert load_config(env={}, overrides={"sync": {"watch": "false"}}).sync.watch is False
+
+
+def test_config_path_from_env(tmp_path):
+    path = tmp_path / "mc.toml"
+    path.write_text("[query]\nmaxResults = 11\n")
+    assert load_config(env={"MEMORY_CORE_CONFIG": str(path)}).query.max_results == 11
+    assert "does not exist" in _err(env={"MEMORY_CORE_CONFIG": str(tmp_path / "gone.toml")})
