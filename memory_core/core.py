@@ -62,6 +62,7 @@ class MemoryCore:
         self.agent_id = cfg.agent_id
         self.db_path = cfg.db_path(self.agent_id)
         self.dirty = False  # set by freshness (watcher / session deltas)
+        self.last_staleness: dict[str, Any] | None = None  # set by before_search (freshness)
         self._provider = embedding_provider
         self._provider_error: MemoryCoreError | None = None
         self._writer: IndexWriter | None = None
@@ -104,6 +105,9 @@ class MemoryCore:
             self._writer = None
 
     def close(self) -> None:
+        fresh = self.__dict__.get("_freshness")
+        if fresh is not None:  # stop the watcher and wait for a running sync before closing the writer
+            fresh.close()
         with self._lock:
             self._close_writer()
             self._closed = True
@@ -292,6 +296,24 @@ class MemoryCore:
         with self._lock:
             return self.writer.forget_session(path)
 
+    # ------------------------------------------------------------------ freshness (H8, memory_core/freshness.py)
+    @property
+    def freshness(self) -> Any:
+        """The per-agent sync scheduler, created on first use; ``freshness.start()`` adds the watcher,
+        interval and startup catch-up (``serve``/``mcp``/``watch`` start it)."""
+        fresh = self.__dict__.get("_freshness")
+        if fresh is None:
+            from memory_core.freshness import Freshness
+
+            fresh = self._freshness = Freshness.for_core(self)
+        return fresh
+
+    def before_search(self) -> dict[str, Any] | None:
+        """Run before every search: cheap reconcile, bootstrap an empty index, background sync when
+        dirty. Returns (and keeps in ``last_staleness``) upstream's ``{stale, warning, action}`` or None."""
+        self.last_staleness = self.freshness.before_search()
+        return self.last_staleness
+
     # ------------------------------------------------------------------ status
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets)."""
@@ -337,6 +359,10 @@ class MemoryCore:
             out["identity"] = {"state": "unknown", "error": exc.message}
         if deep:
             out["provider_check"] = self._provider_check()
+        fresh = self.__dict__.get("_freshness")
+        if fresh is not None:
+            out["freshness"] = fresh.status()
+            out["dirty"] = bool(out["dirty"] or out["freshness"]["dirty"])
         return out
 
     def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
