@@ -63,7 +63,7 @@ class OpenAICompatibleProvider:
         query_input_type: str | None = None,
         max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
     ) -> None:
-        if not base_url or not urlsplit(base_url.strip()).scheme in ("http", "https"):
+        if not base_url or urlsplit(base_url.strip()).scheme not in ("http", "https"):
             raise ConfigError(
                 f"remote.baseUrl: {base_url!r} is not an http(s) URL; set remote.baseUrl "
                 "(e.g. http://127.0.0.1:8080/v1) for provider openai-compatible"
