@@ -1,0 +1,107 @@
+"""``memory-core mcp`` driven by the official MCP SDK's stdio client: list tools, search, get, bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.gateway_fixtures import ROOT, child_env, index_agents, make_workspace, write_config
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def _session_calls(config_path, calls):
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memory_core", "mcp", "--config", str(config_path)],
+        env=child_env(config_path.parent),
+        cwd=str(ROOT),
+    )
+    out = []
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            for name, args in calls:
+                if name == "list":
+                    out.append(await session.list_tools())
+                else:
+                    out.append(await session.call_tool(name, args))
+    return out
+
+
+def run_calls(config_path, calls):
+    return anyio.run(_session_calls, config_path, calls)
+
+
+def details(result):
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    data = json.loads(result.content[0].text)
+    assert result.structured_content == data
+    return data
+
+
+@pytest.fixture(scope="module")
+def indexed_config(tmp_path_factory):
+    base = tmp_path_factory.mktemp("mcp")
+    ws = make_workspace(base)
+    cfg = write_config(base, ws)
+    index_agents(cfg)
+    return cfg
+
+
+def test_mcp_lists_tools_searches_and_gets(indexed_config):
+    tools, search, get, bounded = run_calls(indexed_config, [
+        ("list", None),
+        ("memory_search", {"query": "coffee", "maxResults": 3}),
+        ("memory_get", {"path": "MEMORY.md"}),
+        ("memory_get", {"path": "MEMORY.md", "from": 4, "lines": 2}),
+    ])
+    by_name = {t.name: t for t in tools.tools}
+    assert sorted(by_name) == ["memory_get", "memory_search"]
+    assert by_name["memory_search"].input_schema["required"] == ["query"]
+    assert sorted(by_name["memory_search"].input_schema["properties"]) == ["corpus", "maxResults", "minScore", "query"]
+    assert sorted(by_name["memory_get"].input_schema["properties"]) == ["corpus", "from", "lines", "path"]
+
+    assert search.is_error is False
+    found = details(search)
+    assert found["provider"] == "none" and found["mode"] == "fts-only" and found["citations"] == "auto"
+    top = found["results"][0]
+    assert (top["path"], top["startLine"], top["endLine"]) == ("MEMORY.md", 4, 4)
+    assert top["snippet"] == "- The user prefers dark roast coffee, brewed with an AeroPress.\n\nSource: MEMORY.md#L4"
+    assert (top["citation"], top["corpus"], top["source"]) == ("MEMORY.md#L4", "memory", "memory")
+    assert found["debug"]["hits"] == len(found["results"])
+
+    whole = details(get)
+    assert whole["path"] == "MEMORY.md"
+    assert whole["text"].startswith("# Memory\n")
+    part = details(bounded)
+    assert part["text"].startswith(
+        "- The user prefers dark roast coffee, brewed with an AeroPress.\n"
+        "- Favourite editor: Neovim with the gruvbox theme."
+    )
+    assert (part["from"], part["lines"], part["truncated"], part["nextFrom"]) == (4, 2, True, 6)
+
+
+def test_mcp_bad_arguments_are_tool_errors_and_the_server_keeps_serving(indexed_config):
+    results = run_calls(indexed_config, [
+        ("memory_search", {"query": "   "}),
+        ("memory_search", {"query": "coffee", "maxResults": 0}),
+        ("memory_search", {"query": "coffee", "corpus": "everything"}),
+        ("memory_get", {"path": "../../etc/passwd"}),
+        ("memory_get", {"path": "MEMORY.md", "from": -1}),
+        ("memory_search", {"query": "coffee"}),
+    ])
+    errors = [details(r) for r in results[:5]]
+    assert [r.is_error for r in results] == [True, True, True, False, True, False]
+    assert errors[0] == {"error": "query must be a non-empty string"}
+    assert errors[1] == {"error": "maxResults must be a positive integer, got 0"}
+    assert errors[2]["error"].startswith("corpus must be one of memory, wiki, all, sessions")
+    assert errors[3]["text"] == "" and "root:" not in json.dumps(errors[3])
+    assert errors[3].get("error") or errors[3].get("status") == "not_found"
+    assert errors[4] == {"error": "from must be a positive integer, got -1"}
+    assert details(results[5])["results"][0]["path"] == "MEMORY.md"
