@@ -1,0 +1,214 @@
+"""``get``: read a line range of an indexed memory file (spec §9.2, upstream ``read-file.ts``).
+
+Allowed paths: workspace ``MEMORY.md``/``memory.md``/``USER.md``/``memory/**`` (``is_memory_path``),
+``.md`` files under configured extra directories and explicitly configured extra files, and
+``sessions/<file>`` transcripts that are indexed. A path outside those, a ``..`` traversal or a
+symlink anywhere on the way raises :class:`ReferenceNotFound` (code ``not_found``). An allowed
+path whose file is missing returns ``status="not_found"`` with empty text (the upstream shape).
+
+Bounds: 120 lines by default and 12,000 characters; whole lines are dropped from the end until
+the text fits, a single over-long line is hard-truncated, and a truncated result carries
+``truncated``, ``next_from`` and the continuation notice suffix.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memory_core.errors import InvalidRequest, ReferenceNotFound
+
+DEFAULT_MEMORY_READ_LINES = 120
+DEFAULT_MEMORY_READ_MAX_CHARS = 12_000
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    text: str
+    path: str
+    from_: int = 1
+    lines: int = 0
+    truncated: bool = False
+    next_from: int | None = None
+    status: str = "ok"     # "ok" | "not_found"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.status == "not_found":
+            return {"status": "not_found", "text": "", "path": self.path}
+        out: dict[str, Any] = {"text": self.text, "path": self.path, "from": self.from_, "lines": self.lines}
+        if self.truncated:
+            out["truncated"] = True
+        if self.next_from is not None:
+            out["nextFrom"] = self.next_from
+        return out
+
+
+def _truncate_utf16(text: str, limit: int) -> str:
+    units = 0
+    for i, ch in enumerate(text):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > limit:
+            return text[:i]
+    return text
+
+
+def _positive_int(value: Any, fallback: int, name: str) -> int:
+    if value is None:
+        return fallback
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise InvalidRequest(f"{name} must be a positive integer, got {value!r}")
+    return max(1, int(value))
+
+
+def _notice(next_from: int | None, suggest_read: bool) -> str:
+    base = (f"[More content available. Use from={next_from} to continue.]" if next_from is not None
+            else "[More content available. Requested excerpt exceeded the default maxChars budget.]")
+    fallback = " If you need the full raw line, use read on the source file." if suggest_read else ""
+    return f"\n\n{base[:-1]}{fallback}]"
+
+
+def build_read_result(content: str, rel_path: str, *, from_: int | None = None, lines: int | None = None,
+                      max_chars: int | None = None, suggest_read_fallback: bool = True) -> ReadResult:
+    """Slice ``content`` like upstream ``buildMemoryReadResult``."""
+    file_lines = content.split("\n")
+    start = _positive_int(from_, 1, "from")
+    count = _positive_int(lines, DEFAULT_MEMORY_READ_LINES, "lines")
+    budget = _positive_int(max_chars, DEFAULT_MEMORY_READ_MAX_CHARS, "max_chars")
+    selected = file_lines[start - 1 : start - 1 + count]
+    more_source = start - 1 + len(selected) < len(file_lines)
+    included = len(selected)
+    text = "\n".join(selected)
+    while included > 1 and len(text) > budget:
+        included -= 1
+        text = "\n".join(selected[:included])
+    hard = False
+    if selected and len(text) > budget:
+        text, included, hard = _truncate_utf16(text, budget), 1, True
+    char_cut = hard or included < len(selected)
+    next_from = start + included if (not hard and (more_source or included < len(selected))) else None
+    truncated = char_cut or more_source
+    if truncated and (text or hard):
+        text += _notice(next_from, hard and suggest_read_fallback)
+    return ReadResult(text=text, path=rel_path, from_=start, lines=included, truncated=truncated, next_from=next_from)
+
+
+def _inside(root: str, path: str) -> bool:
+    try:
+        return os.path.commonpath([root, path]) == root
+    except ValueError:
+        return False
+
+
+def _no_symlinks(root: str, target: str) -> bool:
+    """No component from ``root`` (exclusive) down to ``target`` is a symlink; realpath stays inside."""
+    rel = os.path.relpath(target, root)
+    cur = root
+    for part in rel.split(os.sep):
+        cur = os.path.join(cur, part)
+        try:
+            if stat.S_ISLNK(os.lstat(cur).st_mode):
+                return False
+        except FileNotFoundError:
+            return True  # missing is reported as not_found by the caller
+        except OSError:
+            return False
+    return _inside(os.path.realpath(root), os.path.realpath(target))
+
+
+def _extra_entries(workspace: str, extra_paths: Sequence[Any]) -> list[tuple[str, str | None]]:
+    out = []
+    for item in extra_paths or ():
+        raw = item if isinstance(item, str) else (item.get("path") if isinstance(item, dict) else getattr(item, "path", None))
+        pattern = None if isinstance(item, str) else (item.get("pattern") if isinstance(item, dict) else getattr(item, "pattern", None))
+        if not raw or not str(raw).strip():
+            continue
+        out.append((os.path.abspath(os.path.join(workspace, os.path.expanduser(str(raw).strip()))), pattern))
+    return out
+
+
+def _read_text(abs_path: str) -> str | None:
+    try:
+        st = os.lstat(abs_path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    try:
+        with open(abs_path, "rb") as fh:
+            return fh.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+def read_memory_file(
+    workspace: str,
+    rel_path: str,
+    *,
+    from_: int | None = None,
+    lines: int | None = None,
+    extra_paths: Sequence[Any] = (),
+    max_chars: int | None = None,
+    sessions_dir: str | None = None,
+    is_indexed_session: Callable[[str], bool] | None = None,
+) -> ReadResult:
+    """Read ``rel_path`` (workspace-relative, absolute inside an extra path, or ``sessions/<file>``)."""
+    from memory_core.sources import is_memory_path
+
+    if not isinstance(rel_path, str) or not rel_path.strip() or "\x00" in rel_path:
+        raise InvalidRequest("path required: pass a workspace-relative memory path such as MEMORY.md or memory/notes.md")
+    raw = rel_path.strip().replace("\\", "/")
+    workspace = os.path.abspath(workspace)
+    not_allowed = ReferenceNotFound(
+        f"{raw!r} is not an indexed memory file; use a path from a search hit (MEMORY.md, memory/**, "
+        "configured extra paths, or an indexed sessions/<file>)"
+    )
+    # sessions/<file>: only transcripts that are indexed, only directly inside the sessions dir
+    if raw.startswith("sessions/") and sessions_dir and is_indexed_session is not None:
+        name = raw[len("sessions/"):]
+        if not name or "/" in name or name in (".", ".."):
+            raise not_allowed
+        if not is_indexed_session(raw):
+            raise not_allowed
+        root = os.path.abspath(sessions_dir)
+        abs_path = os.path.join(root, name)
+        if not _no_symlinks(root, abs_path):
+            raise not_allowed
+        content = _read_text(abs_path)
+        if content is None:
+            return ReadResult(text="", path=raw, status="not_found")
+        return build_read_result(content, raw, from_=from_, lines=lines, max_chars=max_chars)
+
+    abs_path = os.path.normpath(raw if os.path.isabs(raw) else os.path.join(workspace, raw))
+    rel = os.path.relpath(abs_path, workspace).replace(os.sep, "/")
+    in_workspace = not rel.startswith("..") and not os.path.isabs(rel) and rel != "."
+    allowed = "workspace" if in_workspace and is_memory_path(rel) and ".." not in raw.split("/") else None
+    root = workspace
+    if allowed is None:
+        for extra, _pattern in _extra_entries(workspace, extra_paths):
+            try:
+                st = os.lstat(extra)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            if stat.S_ISDIR(st.st_mode) and _inside(extra, abs_path) and abs_path != extra and abs_path.endswith(".md"):
+                allowed, root = "directory", extra
+                break
+            if stat.S_ISREG(st.st_mode) and abs_path == extra:
+                allowed, root = "file", os.path.dirname(extra)
+                break
+    if allowed is None:
+        raise not_allowed
+    if allowed != "file" and not abs_path.endswith(".md"):
+        raise not_allowed
+    if not _no_symlinks(root, abs_path):
+        raise not_allowed
+    shown = rel if in_workspace else abs_path
+    content = _read_text(abs_path)
+    if content is None:
+        return ReadResult(text="", path=shown, status="not_found")
+    return build_read_result(content, shown, from_=from_, lines=lines, max_chars=max_chars,
+                             suggest_read_fallback=in_workspace)

@@ -1,0 +1,156 @@
+"""``memory-core search`` and ``memory-core get`` (registered by memory_core.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from memory_core.errors import InvalidRequest
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser("search", parents=[common], help="search the memory index",
+                              description="Hybrid (or keyword-only) search over the agent's memory index.")
+    p.add_argument("query", nargs="?", help="the search text")
+    p.add_argument("--query", dest="query_opt", metavar="TEXT", help="the search text (wins over the positional)")
+    p.add_argument("--max-results", type=int, default=None, metavar="N", help="results to return (default 6)")
+    p.add_argument("--min-score", type=float, default=None, metavar="X", help="minimum score (default 0.35)")
+    p.add_argument("--source", action="append", choices=["memory", "sessions"], default=None,
+                   help="restrict to a source (repeatable; default: the configured sources)")
+    p.add_argument("--lexical-only", action="store_true", help="keyword search only, no query embedding")
+    p.add_argument("--project", action="append", default=None, metavar="KEY", help="active project key (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--explain", action="store_true", help="show the FTS query, candidates per retriever and score parts")
+    p.set_defaults(func=_cmd_search)
+
+    g = subparsers.add_parser("get", parents=[common], help="read lines of an indexed memory file",
+                              description="Read a line range of MEMORY.md, memory/**, an extra path or an indexed session.")
+    g.add_argument("path", help="workspace-relative path, e.g. memory/2026-01-02.md")
+    g.add_argument("--from", dest="from_", type=int, default=None, metavar="LINE", help="first line (1-based)")
+    g.add_argument("--lines", type=int, default=None, metavar="N", help="number of lines (default 120)")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    g.set_defaults(func=_cmd_get)
+
+
+def _open_core(args: argparse.Namespace) -> Any:
+    from memory_core.cli import open_core
+
+    return open_core(args)
+
+
+def format_hits(hits: list[Any]) -> str:
+    """Upstream's human output: ``<score> <path>:<start>-<end>``, the snippet, a blank line."""
+    if not hits:
+        return "No matches.\n"
+    out = []
+    for h in hits:
+        out.append(f"{h.score:.3f} {h.citation}")
+        parts = []
+        if h.vector_score is not None:
+            parts.append(f"vector {h.vector_score:.3f}")
+        if h.text_score is not None:
+            parts.append(f"text {h.text_score:.3f}")
+        if parts:
+            out[-1] += f"  ({', '.join(parts)})"
+        for line in h.snippet.strip().splitlines()[:8]:
+            out.append(f"    {line}")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _format_explain(data: dict[str, Any]) -> str:
+    lines = [f"mode: {data['mode']}  revision: {data.get('revision')}"]
+    plan = data.get("fts_plan") or {}
+    if plan:
+        lines.append(f"fts query: {plan.get('match_query')}")
+        if plan.get("substring_terms"):
+            lines.append(f"substring terms (LIKE): {plan['substring_terms']}")
+        lines.append(f"fallback keywords: {plan.get('fallback_terms')}  or-probe: {plan.get('or_probe')}")
+        lines.append(f"body sql: {plan.get('body_sql')}")
+    fts = data.get("fts") or {}
+    if fts:
+        lines.append(f"keyword: body={fts.get('body_kind')} strict hits={fts.get('full_count')} probes={fts.get('probes')}"
+                     + (f" errors={fts['errors']}" if fts.get("errors") else ""))
+    cands = data.get("candidates", {})
+    lines.append(f"candidates: keyword {len(cands.get('keyword', []))}, vector {len(cands.get('vector', []))}")
+    lines.append("score parts (ranked order):")
+    lines.append("  score  rank   content vec    text   kwrank path  exact decay imp  proj  citation")
+    for r in data.get("ranked", [])[:40]:
+        lines.append(
+            f"  {r['score']:.3f}  {r['rank_score']:.3f}  {r['content_score']:.3f}  {r['vector_score']:.3f}  "
+            f"{r['text_score']:.3f}  {r['ranking_score']:.3f}  {r['path_score']:.3f}  {r['exact']}     "
+            f"{r['decay']:.3f} {r['importance_mult']:.2f}  {r['project_mult']:.2f}  {r['citation']}")
+    timings = data.get("timings_ms") or {}
+    if timings:
+        lines.append("timings ms: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from memory_core.cli import print_json
+    from memory_core.search.facade import engine_for
+
+    query = args.query_opt if args.query_opt is not None else args.query
+    if query is None:
+        raise InvalidRequest("a query is required: memory-core search QUERY (or --query TEXT)")
+    core = _open_core(args)
+    try:
+        kwargs = dict(max_results=args.max_results, min_score=args.min_score, sources=args.source,
+                      lexical_only=args.lexical_only, active_project_keys=args.project)
+        if args.explain:
+            if query.strip():
+                core.before_search()
+            data = engine_for(core).explain(query, **kwargs)
+            if args.json:
+                print_json(data)
+            else:
+                sys.stdout.write(_format_explain(data))
+                sys.stdout.write(format_hits(_hits_from(core, data)))
+            return 0
+        hits = core.search(query, **kwargs)
+        stale = getattr(core, "last_staleness", None)
+        if args.json:
+            out: dict[str, Any] = {"agentId": core.agent_id, "provider": core.config.provider,
+                                   "results": [h.to_dict() for h in hits]}
+            if stale:
+                out.update({k: v for k, v in stale.items() if k in ("stale", "warning", "action")})
+            print_json(out)
+        else:
+            sys.stdout.write(format_hits(hits))
+        if stale and stale.get("warning"):
+            print(f"warning: {stale['warning']}" + (f" ({stale['action']})" if stale.get("action") else ""),
+                  file=sys.stderr)
+    finally:
+        core.close()
+    return 0
+
+
+def _hits_from(core: Any, data: dict[str, Any]) -> list[Any]:
+    from memory_core.search.types import SearchHit
+
+    hits = []
+    for r in data.get("results", []):
+        hits.append(SearchHit(id=r["id"], path=r["path"], start_line=r["startLine"], end_line=r["endLine"],
+                              score=r["score"], snippet=r["snippet"], source=r["source"],
+                              vector_score=r.get("vectorScore"), text_score=r.get("textScore"),
+                              citation=r.get("citation", "")))
+    return hits
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    from memory_core.cli import print_json
+
+    core = _open_core(args)
+    try:
+        result = core.get(args.path, from_=args.from_, lines=args.lines)
+    finally:
+        core.close()
+    if args.json:
+        print_json(result.to_dict())
+        return 0 if result.status == "ok" else 1
+    if result.status == "not_found":
+        print(f"error: {args.path} not found", file=sys.stderr)
+        return 1
+    sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+    return 0

@@ -1,0 +1,115 @@
+"""MemoryCore.search/get end to end (real indexer, real SQLite), read bounds and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from memory_core.cli import main
+from memory_core.config import MemoryCoreConfig
+from memory_core.core import MemoryCore
+from memory_core.errors import InvalidRequest, ReferenceNotFound
+from memory_core.read_file import build_read_result
+
+
+@pytest.fixture
+def ws(workspace):
+    (workspace / "MEMORY.md").write_text("# Memory\n\nThe deploy key lives in the vault.\n")
+    (workspace / "memory" / "projects.md").write_text("Project Falcon ships the billing rewrite in March.")
+    (workspace / "memory" / "2026-01-02.md").write_text("Met Dana about the garden irrigation timer.")
+    return workspace
+
+
+def _core(ws, state_home, **cfg):
+    return MemoryCore(str(ws), config=MemoryCoreConfig(workspace=str(ws), state_dir=str(state_home), **cfg))
+
+
+def test_search_bootstraps_an_empty_index(ws, state_home):
+    with _core(ws, state_home) as core:
+        hits = core.search("billing rewrite")
+        assert [(h.path, h.start_line, h.end_line, h.citation) for h in hits] == [
+            ("memory/projects.md", 1, 1, "memory/projects.md#L1")]
+        assert hits[0].vector_score is None and hits[0].text_score > 0 and hits[0].score > 0.35
+
+
+def test_blank_query_returns_nothing(ws, state_home):
+    with _core(ws, state_home) as core:
+        assert core.search("   ") == []
+        with pytest.raises(InvalidRequest, match="max_results"):
+            core.search("x", max_results=0)
+
+
+def test_exact_path_query(ws, state_home):
+    with _core(ws, state_home) as core:
+        core.index()
+        hits = core.search("projects.md")
+        assert [(h.path, h.score) for h in hits][:1] == [("memory/projects.md", 1.0)]
+
+
+def test_get_reads_lines_and_bounds(ws, state_home):
+    (ws / "memory" / "long.md").write_text("\n".join(f"line {i}" for i in range(1, 301)))
+    with _core(ws, state_home) as core:
+        r = core.get("memory/long.md")
+        assert (r.from_, r.lines, r.truncated, r.next_from) == (1, 120, True, 121)
+        assert r.text.endswith("line 120\n\n[More content available. Use from=121 to continue.]")
+        r2 = core.get("memory/long.md", from_=295, lines=10)
+        assert (r2.lines, r2.truncated, r2.next_from, r2.text) == (6, False, None, "\n".join(
+            f"line {i}" for i in range(295, 301)))
+        assert core.get("memory/missing.md").to_dict() == {"status": "not_found", "text": "", "path": "memory/missing.md"}
+        for bad in ("../etc/passwd", "memory/../../x.md", "notes.txt", "/etc/passwd", "sessions/a.jsonl"):
+            with pytest.raises(ReferenceNotFound):
+                core.get(bad)
+
+
+def test_get_refuses_symlink_escape(ws, state_home, tmp_path):
+    outside = tmp_path / "outside.md"
+    outside.write_text("secret")
+    os.symlink(outside, ws / "memory" / "link.md")
+    with _core(ws, state_home) as core:
+        with pytest.raises(ReferenceNotFound):
+            core.get("memory/link.md")
+
+
+def test_read_result_char_budget():
+    r = build_read_result("a" * 50 + "\n" + "b" * 50, "memory/x.md", max_chars=60)
+    assert (r.lines, r.truncated, r.next_from) == (1, True, 2)
+    assert r.text == "a" * 50 + "\n\n[More content available. Use from=2 to continue.]"
+    r = build_read_result("x" * 100, "memory/x.md", max_chars=10)
+    assert (r.lines, r.truncated, r.next_from) == (1, True, None)
+    assert r.text.startswith("x" * 10 + "\n\n[More content available. Requested excerpt exceeded")
+    assert r.text.endswith("use read on the source file.]")
+
+
+def test_cli_search_table_and_json(ws, state_home, capsys):
+    args = ["--workspace", str(ws)]
+    assert main(["index", *args]) == 0
+    capsys.readouterr()
+    assert main(["search", "Falcon billing", *args]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.split()[1] == "memory/projects.md#L1" and float(first.split()[0]) > 0.35
+    assert main(["search", "--query", "Falcon", "--json", *args]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["path"] for r in data["results"]] == ["memory/projects.md"]
+    assert main(["search", "zzzqqq", *args]) == 0
+    assert capsys.readouterr().out == "No matches.\n"
+    assert main(["search", "Falcon", "--explain", *args]) == 0
+    out = capsys.readouterr().out
+    assert 'fts query: "Falcon"' in out and "score parts" in out
+    assert main(["search", *args]) == 2
+    assert "a query is required" in capsys.readouterr().err
+
+
+def test_cli_get(ws, state_home, capsys):
+    args = ["--workspace", str(ws)]
+    assert main(["get", "MEMORY.md", "--from", "3", "--lines", "1", *args]) == 0
+    assert capsys.readouterr().out == (  # the file ends in "\n", so an empty line 4 remains
+        "The deploy key lives in the vault.\n\n[More content available. Use from=4 to continue.]\n")
+    assert main(["get", "MEMORY.md", "--json", "--lines", "1", *args]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "from": 1, "lines": 1, "nextFrom": 2, "path": "MEMORY.md", "text":
+        "# Memory\n\n[More content available. Use from=2 to continue.]", "truncated": True}
+    assert main(["get", "../x.md", *args]) == 1
+    assert "not an indexed memory file" in capsys.readouterr().err
