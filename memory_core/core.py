@@ -105,6 +105,8 @@ class MemoryCore:
             self._writer = None
 
     def close(self) -> None:
+        if self.__dict__.get("_search_engine") is not None:  # H4: the search reader connection
+            self._search_engine.close()
         fresh = self.__dict__.get("_freshness")
         if fresh is not None:  # stop the watcher and wait for a running sync before closing the writer
             fresh.close()
@@ -313,6 +315,26 @@ class MemoryCore:
         dirty. Returns (and keeps in ``last_staleness``) upstream's ``{stale, warning, action}`` or None."""
         self.last_staleness = self.freshness.before_search()
         return self.last_staleness
+
+    # ------------------------------------------------------------------ search / get (H4, memory_core/search/)
+    def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+               sources: Sequence[str] | None = None, lexical_only: bool = False,
+               active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> list[Any]:
+        """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the SearchEngine."""
+        from memory_core.search.facade import core_search
+
+        if query.strip():
+            self.before_search()
+        return core_search(self, query, max_results=max_results, min_score=min_score, sources=sources,
+                           lexical_only=lexical_only, active_project_keys=active_project_keys,
+                           query_vector=query_vector)
+
+    def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
+            max_chars: int | None = None) -> Any:
+        """Read lines of an indexed memory file (spec §9.2); returns a ``ReadResult``."""
+        from memory_core.search.facade import core_get
+
+        return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
 
     # ------------------------------------------------------------------ status
     def status(self, *, deep: bool = False) -> dict[str, Any]:
