@@ -1,0 +1,103 @@
+"""``memory-core index`` and ``status`` through a real subprocess, plus the CLI plumbing."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memory_core.cli import ProgressBar, build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run(args: list[str], home: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MEMORY_CORE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "memory_core", *args], capture_output=True, text=True,
+                          env=env, cwd=str(cwd), timeout=120)
+
+
+@pytest.fixture
+def example_ws(tmp_path) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws)
+    return ws
+
+
+def test_index_and_status_json_on_example_workspace(tmp_path, example_ws):
+    home = tmp_path / "home"
+    cfg = str(EXAMPLES / "memory-core.toml")
+    r = run(["index", "--workspace", str(example_ws), "--config", cfg, "--json"], home)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # no progress bar when stderr is not a terminal
+    s = json.loads(r.stdout)
+    assert {k: s[k] for k in ("files", "chunks", "added", "changed", "removed", "full", "provider", "model",
+                              "problems", "failed")} == {
+        "files": 19, "chunks": 39, "added": 19, "changed": 0, "removed": 0, "full": True, "provider": "none",
+        "model": "fts-only", "problems": [], "failed": 0}
+    assert s["seconds"] > 0 and s["revision"] > 0
+    r = run(["index", "--workspace", str(example_ws), "--config", cfg, "--json"], home)
+    assert json.loads(r.stdout)["unchanged"] == 19 and json.loads(r.stdout)["full"] is False
+
+    r = run(["status", "--workspace", str(example_ws), "--config", cfg, "--json"], home)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["db_path"] == str(home / "main.sqlite")
+    assert (st["agent"], st["files"], st["chunks"], st["chunks_by_source"]) == (
+        "main", 19, 39, {"memory": 37, "sessions": 2})
+    assert (st["provider"], st["model"], st["dims"], st["dirty"]) == ("none", "fts-only", None, False)
+    assert st["fts"] == {"available": True, "tokenizer": "unicode61", "error": None}
+    assert st["vector"]["enabled"] is False and st["identity"] == {"state": "ok", "mismatch": []}
+    assert st["last_sync"]["error"] is None and st["last_sync"]["reason"] == "cli"
+
+    r = run(["status", "--workspace", str(example_ws), "--config", cfg, "--deep"], home)
+    assert r.returncode == 0, r.stderr
+    assert "Files: 19  Chunks: 39" in r.stdout and "Integrity: ok" in r.stdout
+
+
+def test_workspace_defaults_to_cwd_and_agent_selects_db(tmp_path, example_ws):
+    home = tmp_path / "home"
+    r = run(["index", "--agent", "ops", "--json"], home, cwd=example_ws)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["files"] == 17  # sessions are not enabled without the config
+    assert (home / "ops.sqlite").exists() and not (home / "main.sqlite").exists()
+
+
+def test_force_rebuild_reports_full(tmp_path, example_ws):
+    home = tmp_path / "home"
+    assert run(["index", "--workspace", str(example_ws)], home).returncode == 0
+    r = run(["index", "--workspace", str(example_ws), "--force"], home)
+    assert r.returncode == 0, r.stderr
+    assert "full rebuild" in r.stdout and "files 17, chunks 37" in r.stdout
+
+
+def test_progress_bar_draws_only_on_a_tty():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        bar = ProgressBar("Indexing", stream=stream, width=10)
+        bar(1, 2, "memory/a.md")
+        bar(2, 2, "memory/b.md")
+        bar.finish()
+    assert pipe.getvalue() == ""
+    assert tty.getvalue().endswith("\rIndexing [##########] 2/2 memory/b.md" + " " * 29 + "\n")
+
+
+def test_parser_registers_only_working_commands(capsys):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert {"index", "status"} <= set(sub.choices)
+    for name, p in sub.choices.items():
+        assert p.get_default("func") is not None, name
+    assert main([]) == 2
+    assert "usage: memory-core" in capsys.readouterr().err
