@@ -1,0 +1,690 @@
+"""The memory-core provider runtime (provider id ``memory-core``; spec provider-runtime.md §1, §5).
+
+``MemoryCoreProviderRuntime.open(params)`` returns a caller-bound :class:`MemoryCoreProvider` lease
+or ``{provider: None, error}``. The lease authorizes from the supplied authority alone:
+
+* an operator acts for the opened agent (memory and session transcripts);
+* a session with a host-minted *owner-private* audience for the same agent reads memory and the
+  agent's own transcripts (a sandboxed session reads memory only; a ``conversationRecall`` pass
+  narrows what is admitted, §5);
+* a session without an audience, a conversation audience, another agent's audience, and a host
+  authority get no stored data: ``search`` returns an empty page with a warning, ``get`` raises.
+
+The API is async; blocking engine work runs in ``asyncio.to_thread`` and ``context.assert_current``
+is called before each I/O and again after each blocking call, so nothing is read or released under
+stale authority. Shared state (one engine per agent, cursor pins, embedding-failure times) lives in
+the runtime; ``close`` releases only the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import math
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, ProviderUnavailable
+from memory_core.provider.types import (
+    AutomaticRecall,
+    ConversationRecallContext,
+    MemoryCallerContext,
+    MemoryCandidateRequest,
+    MemoryCitation,
+    MemoryGetNotFound,
+    MemoryGetOk,
+    MemoryGetRequest,
+    MemoryHealth,
+    MemoryProviderCapabilities,
+    MemoryProviderOpenParams,
+    MemoryProviderOpenResult,
+    MemoryReference,
+    MemorySearchHit,
+    MemorySearchPage,
+    MemorySearchRequest,
+    OperatorAuthority,
+    OwnerPrivateAudience,
+    SessionAuthority,
+)
+
+log = logging.getLogger("memory_core.provider")
+
+PROVIDER_ID = "memory-core"
+CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagination=True,
+                                          candidates=("trigger", "project"), project_filter=True)
+DISABLED = "Memory is disabled for this agent."
+MAX_PROVIDER_RESULTS = 50
+RESULT_WINDOW = 200          # hits ranked once per search and paged through with cursors
+DEFAULT_CANDIDATES = 48
+MAX_CANDIDATES = 200
+INVALID_PROJECT_KEY = "!invalid-project-annotation"
+_CHUNK_ID = re.compile(r"^[0-9a-f]{64}$")
+_ACTIVE_MEMORY_CHILD = re.compile(r"^(?P<anchor>.+):active-memory:[0-9a-f]{12}$")
+
+DEGRADED_EMBEDDING = ("The last memory embedding request failed. Check the memory-core log; "
+                      "fix the embedding provider settings, then retry memory search.")
+UNAVAILABLE_STORE = "The memory-core index could not be read. Check the memory-core log."
+NOT_INDEXED = "The memory index has not been built yet. Run `memory-core index`."
+EMBEDDING_FAILED = "memory-core: memory search embedding failed; check the memory-core log"
+
+
+# --- authorization ---------------------------------------------------------------------------
+
+
+def agent_of_session_key(session_key: str) -> str | None:
+    """``agent:<agentId>:...`` -> agentId (used only to check a recall pass's anchor, never to grant)."""
+    parts = session_key.split(":")
+    return parts[1] if len(parts) >= 3 and parts[0] == "agent" and parts[1] else None
+
+
+@dataclass(frozen=True)
+class ReadGrant:
+    """What one caller may read: a denial reason, or the admitted sources and transcript rule."""
+
+    denial: str | None = None
+    sources: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
+    recall: ConversationRecallContext | None = None
+    anchor_transcript: str | None = None      # excluded under a recall pass ("sessions/<id>.jsonl")
+    transcripts_unvetted: bool = False        # a pass whose anchor transcript cannot be identified
+
+    def admits(self, source: str, path: str) -> bool:
+        if self.denial or source not in self.sources:
+            return False
+        if source != "sessions" or self.recall is None:
+            return True
+        if self.transcripts_unvetted or ".jsonl.deleted." in path:
+            return False
+        return path != self.anchor_transcript
+
+    @property
+    def fingerprint(self) -> str:
+        return json.dumps([self.denial, sorted(self.sources), self.anchor_transcript, self.transcripts_unvetted,
+                           None if self.recall is None else self.recall.to_json()], sort_keys=True)
+
+
+def resolve_read_grant(authority: Any, agent_id: str) -> ReadGrant:
+    """Authorize from the supplied authority alone (checklist 23-26); never widened by lookups."""
+    both = frozenset({"memory", "sessions"})
+    if isinstance(authority, OperatorAuthority):
+        return ReadGrant(sources=both)
+    if not isinstance(authority, SessionAuthority):
+        return ReadGrant(denial="host operations cannot read stored memories")
+    audience = authority.audience
+    if not isinstance(audience, OwnerPrivateAudience):
+        return ReadGrant(denial="this session has no owner-private memory audience")
+    if audience.agent_id != agent_id:
+        return ReadGrant(denial="the memory audience belongs to another agent")
+    recall = authority.conversation_recall
+    if recall is None:
+        if authority.sandboxed:
+            return ReadGrant(sources=frozenset({"memory"}),
+                             notes=("session transcripts were not searched: the session is sandboxed",))
+        return ReadGrant(sources=both)
+    requester = authority.session_key
+    anchor = recall.anchor_session_key
+    child = _ACTIVE_MEMORY_CHILD.match(requester)
+    valid = (not authority.sandboxed and recall.scope == "same-agent-private"
+             and recall.corpus in ("sessions", "configured")
+             and (requester == anchor or (child is not None and child.group("anchor") == anchor))
+             and agent_of_session_key(anchor) == agent_id)
+    if not valid:
+        note = "the conversation recall pass does not apply to this session"
+        if recall.corpus == "configured":
+            return ReadGrant(sources=frozenset({"memory"}), notes=(f"session transcripts were not searched: {note}",))
+        return ReadGrant(sources=frozenset(), notes=(f"stored memories were not searched: {note}",))
+    sources = frozenset({"sessions"}) if recall.corpus == "sessions" else both
+    anchor_id = authority.session_id if requester == anchor else None
+    return ReadGrant(sources=sources, recall=recall,
+                     anchor_transcript=f"sessions/{anchor_id}.jsonl" if anchor_id else None,
+                     transcripts_unvetted=anchor_id is None)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def split_project_keys(project_key: str | None) -> list[str] | None:
+    if project_key is None:
+        return None
+    return [k.strip() for k in project_key.split(";") if k.strip()]
+
+
+def normalize_triggers(raw: Any) -> str | None:
+    """Stored triggers are JSON array text; consumers get one string."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw.strip() or None
+        raw = parsed
+    if isinstance(raw, list):
+        items = [str(t).strip() for t in raw if str(t).strip()]
+        return "; ".join(items) or None
+    return str(raw).strip() or None
+
+
+def automatic_recall_for(source: str, provenance: dict[str, Any] | None, project_key: str | None,
+                         triggers: Any, importance: Any) -> AutomaticRecall:
+    """Eligible only for owner/agent memory entries whose project annotation (if any) is usable."""
+    keys = split_project_keys(project_key)
+    origin = (provenance or {}).get("origin_class") or (provenance or {}).get("originClass")
+    eligible = (source == "memory" and origin in ("owner", "agent") and keys != []
+                and INVALID_PROJECT_KEY not in (keys or []))
+    return AutomaticRecall(eligible=eligible, project_keys=keys or None, triggers=normalize_triggers(triggers),
+                           importance=importance if isinstance(importance, int | float) else None)
+
+
+def project_admits(project_key: str | None, active: list[str] | None) -> bool:
+    """``activeProjectKeys`` filter: global entries pass; keyed entries need all keys active."""
+    if not active:
+        return True
+    keys = split_project_keys(project_key)
+    if keys is None:
+        return True
+    return bool(keys) and all(k in active for k in keys)
+
+
+def citation_label(path: str, start: int, end: int) -> str:
+    return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
+
+
+def slice_lines(text: str, from_: int | None, lines: int | None) -> dict[str, Any]:
+    """1-based ``from``/``lines`` window over ``text``; reports from, lines, truncated, nextFrom."""
+    all_lines = text.split("\n")
+    start = max(1, int(from_ or 1))
+    count = len(all_lines) if lines is None else max(1, int(lines))
+    selected = all_lines[start - 1:start - 1 + count]
+    end = start - 1 + len(selected)
+    out: dict[str, Any] = {"text": "\n".join(selected), "from_": start, "lines": len(selected),
+                           "truncated": end < len(all_lines)}
+    if out["truncated"]:
+        out["next_from"] = end + 1
+    return out
+
+
+# --- store reads (run in a thread) ----------------------------------------------------------
+
+
+def _open(db_path: str) -> Any:
+    from host_facades.engine_knn import open_readonly
+
+    return open_readonly(db_path, load_vec=False)
+
+
+def read_chunk_rows(db_path: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    if not ids:
+        return {}
+    conn = _open(db_path)
+    try:
+        rows = conn.execute(
+            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.text, r.importance, r.triggers,"
+            " r.project_key, p.origin_class FROM memory_index_chunks c"
+            " LEFT JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
+            " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
+            f" WHERE c.id IN ({','.join('?' * len(ids))})", ids).fetchall()
+    finally:
+        conn.close()
+    keys = ("id", "path", "source", "start_line", "end_line", "hash", "text", "importance", "triggers",
+            "project_key", "origin_class")
+    return {r[0]: dict(zip(keys, r, strict=True)) for r in rows}
+
+
+def read_candidate_rows(db_path: str, kind: str) -> list[dict[str, Any]]:
+    column = "r.triggers" if kind == "trigger" else "r.project_key"
+    conn = _open(db_path)
+    try:
+        rows = conn.execute(
+            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.text, r.importance, r.triggers,"
+            " r.project_key, p.origin_class FROM memory_index_chunks c"
+            " JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
+            " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
+            f" WHERE c.source = 'memory' AND {column} IS NOT NULL AND trim({column}) NOT IN ('', '[]')"
+            " ORDER BY coalesce(r.importance, 0) DESC, c.id").fetchall()
+    finally:
+        conn.close()
+    keys = ("id", "path", "source", "start_line", "end_line", "hash", "text", "importance", "triggers",
+            "project_key", "origin_class")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def read_store_facts(db_path: str) -> dict[str, Any] | None:
+    """Counts and revision, or None when the index was never built."""
+    import os
+
+    if not os.path.exists(db_path):
+        return None
+    conn = _open(db_path)
+    try:
+        conn.execute("BEGIN")
+        files = int(conn.execute("SELECT count(*) FROM memory_index_sources").fetchone()[0])
+        chunks = int(conn.execute("SELECT count(*) FROM memory_index_chunks").fetchone()[0])
+        row = conn.execute("SELECT revision FROM memory_index_state WHERE id = 1").fetchone()
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return {"files": files, "chunks": chunks, "revision": int(row[0]) if row else 0}
+
+
+# --- cursors ---------------------------------------------------------------------------------
+
+
+class CursorCodec:
+    """Opaque, signed cursors: ``base64url(json{t: pin token, o: offset, q: search hash}).mac``."""
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        self._secret = secret or secrets.token_bytes(32)
+
+    def _mac(self, payload: str) -> str:
+        return base64.urlsafe_b64encode(hmac.new(self._secret, payload.encode(), hashlib.sha256).digest()[:16]
+                                        ).decode().rstrip("=")
+
+    def encode(self, token: str, offset: int, search_hash: str) -> str:
+        payload = base64.urlsafe_b64encode(json.dumps({"t": token, "o": offset, "q": search_hash},
+                                                      separators=(",", ":")).encode()).decode().rstrip("=")
+        return f"{payload}.{self._mac(payload)}"
+
+    def decode(self, cursor: str) -> tuple[str, int, str]:
+        try:
+            payload, mac = cursor.rsplit(".", 1)
+            if not hmac.compare_digest(mac, self._mac(payload)):
+                raise ValueError("bad mac")
+            data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+            return str(data["t"]), int(data["o"]), str(data["q"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidRequest("memory-core: the cursor is not a valid memory-core cursor; "
+                                 "run the search again without a cursor") from exc
+
+
+# --- the runtime -----------------------------------------------------------------------------
+
+
+class MemoryCoreProviderRuntime:
+    """``providerRuntime`` for memory-core: shared engines per agent, cursor pins, health facts."""
+
+    def __init__(self, config: Any = None, *, core_factory: Callable[[Any, str], Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if config is None:
+            from memory_core.config import MemoryCoreConfig
+
+            config = MemoryCoreConfig()
+        self.config = config
+        self._core_factory = core_factory
+        self._clock = clock
+        self._cores: dict[str, Any] = {}
+        self._engines: dict[str, Any] = {}
+        self._embedding_failures: dict[str, float] = {}
+        self.codec = CursorCodec()
+        from memory_core.generations import CursorPins, GenerationLeases
+
+        self.pins = CursorPins(GenerationLeases(), ttl_s=float(config.pool.cursor_ttl_s), clock=clock)
+
+    # --- agents ---------------------------------------------------------------------------
+
+    def agent_config(self, agent_id: str) -> Any | None:
+        cfg = self.config
+        if agent_id == cfg.agent_id:
+            return cfg
+        if agent_id in cfg.agents:
+            return cfg.for_agent(agent_id)
+        return None
+
+    def core(self, agent_id: str) -> Any:
+        core = self._cores.get(agent_id)
+        if core is None:
+            cfg = self.agent_config(agent_id)
+            if self._core_factory is not None:
+                core = self._core_factory(cfg, agent_id)
+            else:
+                from memory_core.core import MemoryCore
+
+                core = MemoryCore(config=cfg, agent_id=agent_id)
+            self._cores[agent_id] = core
+        return core
+
+    def engine(self, agent_id: str) -> Any:
+        engine = self._engines.get(agent_id)
+        if engine is None:
+            from memory_core.search.engine import SearchEngine
+
+            core = self.core(agent_id)
+            engine = SearchEngine(core.config, core.db_path, _provider_or_none(core),
+                                  identity_check=lambda: core.identity_state().get("mismatch") or None)
+            self._engines[agent_id] = engine
+        return engine
+
+    def record_embedding(self, agent_id: str, ok: bool) -> None:
+        if ok:
+            self._embedding_failures.pop(agent_id, None)
+        else:
+            self._embedding_failures[agent_id] = time.time() * 1000.0
+
+    def embedding_failure(self, agent_id: str) -> float | None:
+        return self._embedding_failures.get(agent_id)
+
+    async def open(self, params: MemoryProviderOpenParams) -> MemoryProviderOpenResult:
+        cfg = self.agent_config(params.agent_id)
+        if cfg is None or not getattr(cfg, "enabled", True):
+            return MemoryProviderOpenResult(provider=None, error=DISABLED)
+        params.context.assert_current()
+        try:
+            self.core(params.agent_id)
+        except MemoryCoreError as exc:
+            log.warning("memory-core: cannot open agent %s: %s", params.agent_id, exc)
+            return MemoryProviderOpenResult(provider=None, error="memory-core cannot open this agent's workspace; "
+                                                                 "check the memory-core configuration and log")
+        return MemoryProviderOpenResult(provider=MemoryCoreProvider(self, params.agent_id, params.context,
+                                                                    params.purpose))
+
+    def close_all(self) -> None:
+        """``closeAllMemorySearchManagers``: close every engine and core (host shutdown only)."""
+        self.pins.close()
+        for engine in self._engines.values():
+            engine.close()
+        for core in self._cores.values():
+            core.close()
+        self._engines.clear()
+        self._cores.clear()
+
+
+def _provider_or_none(core: Any) -> Any:
+    try:
+        return core.provider
+    except MemoryCoreError:
+        return None
+
+
+class MemoryCoreProvider:
+    """One caller's lease. Methods are async; see the module docstring for the authorization rules."""
+
+    capabilities = CAPABILITIES
+
+    def __init__(self, runtime: MemoryCoreProviderRuntime, agent_id: str, context: MemoryCallerContext,
+                 purpose: str | None) -> None:
+        self._runtime = runtime
+        self.agent_id = agent_id
+        self._context = context
+        self.purpose = purpose or "default"
+        self._grant = resolve_read_grant(context.authority, agent_id)
+        self._closed = False
+
+    # --- currency and denial -------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._closed:
+            raise AuthorityNotCurrent("memory-core: this memory provider lease is closed")
+        self._context.assert_current()
+        if self._context.signal is not None:
+            self._context.signal.throw_if_aborted()
+
+    def _assert_read_allowed(self) -> None:
+        if self._grant.denial:
+            raise Forbidden(f"memory-core: memory access denied: {self._grant.denial}")
+        self._check()
+
+    async def _io(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Blocking work in a thread, with currency checked right before and right after it."""
+        self._check()
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+        self._check()
+        return result
+
+    @property
+    def _cfg(self) -> Any:
+        return self._runtime.core(self.agent_id).config
+
+    @property
+    def _db_path(self) -> str:
+        return self._runtime.core(self.agent_id).db_path
+
+    # --- search --------------------------------------------------------------------------
+
+    def _search_hash(self, req: MemorySearchRequest, query: str, min_score: float) -> str:
+        data = [self.agent_id, query, sorted(req.sources or []), min_score, bool(req.lexical_only),
+                sorted(req.active_project_keys or []), self._grant.fingerprint]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
+
+    def _to_hit(self, row: dict[str, Any], score: float | None, excerpt: str, provenance: Any) -> MemorySearchHit:
+        ref = MemoryReference(provider_id=PROVIDER_ID, id=row["id"], revision=row["hash"])
+        return MemorySearchHit(
+            reference=ref, excerpt=excerpt, score=score, source=row["source"],
+            citations=[MemoryCitation(label=citation_label(row["path"], row["start_line"], row["end_line"]),
+                                      reference=ref, start_line=row["start_line"], end_line=row["end_line"])],
+            automatic_recall=automatic_recall_for(row["source"], provenance, row["project_key"], row["triggers"],
+                                                  row["importance"]),
+        )
+
+    async def search(self, request: MemorySearchRequest | dict[str, Any]) -> MemorySearchPage:
+        req = request if isinstance(request, MemorySearchRequest) else MemorySearchRequest.model_validate(request)
+        grant = self._grant
+        if grant.denial:
+            self._check()
+            return MemorySearchPage(hits=[], warning=f"memory-core: stored memories were not searched: {grant.denial}")
+        self._check()
+        query = req.query.strip()
+        if not query:
+            return MemorySearchPage(hits=[], coverage="complete")
+        cfg = self._cfg
+        max_results = _clamp_results(req.max_results, int(cfg.query.max_results))
+        min_score = float(req.min_score) if req.min_score is not None else float(cfg.query.min_score)
+        if not math.isfinite(min_score):
+            raise InvalidRequest("minScore must be a finite number")
+        search_hash = self._search_hash(req, query, min_score)
+        if req.cursor is not None:
+            return self._next_page(req.cursor, search_hash, max_results)
+
+        requested = list(req.sources) if req.sources else list(cfg.sources)
+        for source in requested:
+            if source not in ("memory", "sessions"):
+                raise InvalidRequest(f"memory-core: unknown source {source!r}; use memory and/or sessions")
+        sources = [s for s in requested if s in grant.sources]
+        notes = [f"memory-core: {n}" for n in grant.notes if _note_applies(n, requested)]
+        if not sources:
+            return MemorySearchPage(hits=[], coverage="complete", warning=" ".join(notes) or None)
+
+        query_vector = await self._embed(query) if not req.lexical_only else None
+        engine = self._runtime.engine(self.agent_id)
+        lexical_only = bool(req.lexical_only) or query_vector is None
+        details = await self._io(engine.search_with_details, query, max_results=RESULT_WINDOW, min_score=min_score,
+                                 sources=sources, lexical_only=lexical_only,
+                                 active_project_keys=req.active_project_keys or None, query_vector=query_vector)
+        raw = details.hits
+        rows = await self._io(read_chunk_rows, self._db_path, [h.id for h in raw])
+        hits = []
+        for h in raw:
+            row = rows.get(h.id)
+            if row is None or not grant.admits(h.source, h.path):
+                continue  # vanished since retrieval, or not admitted for this caller
+            if not project_admits(h.project_key, req.active_project_keys):
+                continue
+            hits.append(self._to_hit(row, h.score, h.snippet, h.provenance))
+        coverage = "partial" if len(raw) >= RESULT_WINDOW else "complete"
+        warning = " ".join(notes) or None
+        page, rest = hits[:max_results], hits[max_results:]
+        next_cursor = None
+        if rest:
+            db_id = _db_identity(self._db_path)
+            token = self._runtime.pins.pin(db_id, int(details.revision or 0),
+                                           {"hits": hits, "coverage": coverage, "warning": warning})
+            next_cursor = self._runtime.codec.encode(token, max_results, search_hash)
+        return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=coverage, warning=warning)
+
+    def _next_page(self, cursor: str, search_hash: str, max_results: int) -> MemorySearchPage:
+        token, offset, cursor_hash = self._runtime.codec.decode(cursor)
+        if cursor_hash != search_hash:
+            raise InvalidRequest("memory-core: the cursor belongs to a different search (query, sources, filters "
+                                 "or caller changed); run the search again without a cursor")
+        _db_id, _revision, state = self._runtime.pins.get(token)   # CursorExpired after the TTL
+        hits = state["hits"]
+        page = hits[offset:offset + max_results]
+        nxt = offset + max_results
+        next_cursor = self._runtime.codec.encode(token, nxt, search_hash) if nxt < len(hits) else None
+        return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=state["coverage"],
+                                warning=state["warning"])
+
+    async def _embed(self, query: str) -> Any:
+        """The query vector, or None for keyword-only; an embedding failure raises (health: degraded)."""
+        core = self._runtime.core(self.agent_id)
+        if str(getattr(core.config, "provider", "none")) == "none":
+            return None
+        try:
+            provider = await self._io(lambda: core.provider)
+            if provider is None:
+                return None
+            from memory_core.embeddings import embed_query
+
+            vector = await asyncio.to_thread(embed_query, provider, query)
+        except (AuthorityNotCurrent, Forbidden):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any embedding failure: generic error, health degraded
+            self._runtime.record_embedding(self.agent_id, ok=False)
+            log.warning("memory-core: query embedding failed for agent %s: %s", self.agent_id, exc)
+            raise ProviderUnavailable(EMBEDDING_FAILED) from exc
+        self._runtime.record_embedding(self.agent_id, ok=True)
+        self._check()  # authority may lapse while the query embeds: never read the store then
+        return vector
+
+    # --- get -----------------------------------------------------------------------------
+
+    async def get(self, request: MemoryGetRequest | dict[str, Any]) -> MemoryGetOk | MemoryGetNotFound:
+        req = request if isinstance(request, MemoryGetRequest) else MemoryGetRequest.model_validate(request)
+        self._assert_read_allowed()
+        if req.from_ is not None and req.from_ < 1:
+            raise InvalidRequest("from must be a positive integer")
+        if req.lines is not None and req.lines < 1:
+            raise InvalidRequest("lines must be a positive integer")
+        ref = req.reference
+        if ref.provider_id != PROVIDER_ID or not _CHUNK_ID.match(ref.id):
+            return MemoryGetNotFound()
+        try:
+            rows = await self._io(read_chunk_rows, self._db_path, [ref.id])
+        except FileNotFoundError:
+            return MemoryGetNotFound()
+        row = rows.get(ref.id)
+        if row is None or (ref.revision is not None and ref.revision != row["hash"]):
+            return MemoryGetNotFound()  # a stale reference never resolves to other content
+        if not self._grant.admits(row["source"], row["path"]):
+            raise Forbidden("memory-core: memory access denied: this caller may not read that record")
+        out = slice_lines(row["text"], req.from_, req.lines)
+        reference = MemoryReference(provider_id=PROVIDER_ID, id=row["id"], revision=row["hash"])
+        citation = MemoryCitation(label=citation_label(row["path"], row["start_line"], row["end_line"]),
+                                  reference=reference, start_line=row["start_line"], end_line=row["end_line"])
+        return MemoryGetOk(reference=reference, citations=[citation], **out)
+
+    # --- health --------------------------------------------------------------------------
+
+    async def health(self) -> MemoryHealth:
+        self._check()
+        cfg = self._cfg
+        details: dict[str, Any] = {"backend": "memory-core", "provider": str(cfg.provider),
+                                   "sources": list(cfg.sources)}
+        if cfg.model:
+            details["model"] = str(cfg.model)
+        try:
+            facts = await self._io(read_store_facts, self._db_path)
+        except (AuthorityNotCurrent, Forbidden):
+            raise
+        except Exception as exc:  # noqa: BLE001 - health never carries raw backend errors
+            log.warning("memory-core: health could not read the index of agent %s: %s", self.agent_id, exc)
+            return MemoryHealth(status="unavailable", message=UNAVAILABLE_STORE, details=details)
+        if facts is None:
+            return MemoryHealth(status="degraded", message=NOT_INDEXED, details=details)
+        if not self._grant.denial:
+            details.update(facts)
+        failed_at = self._runtime.embedding_failure(self.agent_id)
+        if failed_at is not None:
+            return MemoryHealth(status="degraded", message=DEGRADED_EMBEDDING,
+                                details={**details, "embeddingFailedAtMs": int(failed_at)})
+        return MemoryHealth(status="ready", details=details)
+
+    # --- candidates ----------------------------------------------------------------------
+
+    async def candidates(self, request: MemoryCandidateRequest | dict[str, Any]) -> MemorySearchPage:
+        req = request if isinstance(request, MemoryCandidateRequest) else MemoryCandidateRequest.model_validate(request)
+        if self._grant.denial:
+            self._check()
+            return MemorySearchPage(hits=[], warning=f"memory-core: stored memories were not searched: "
+                                                     f"{self._grant.denial}")
+        self._check()
+        if req.kind not in ("trigger", "project"):
+            raise InvalidRequest(f"memory-core: unknown candidates kind {req.kind!r}; use trigger or project")
+        if "memory" not in self._grant.sources:
+            return MemorySearchPage(hits=[], coverage="complete")
+        limit = DEFAULT_CANDIDATES if req.limit is None else max(1, min(MAX_CANDIDATES, int(req.limit)))
+        try:
+            rows = await self._io(read_candidate_rows, self._db_path, req.kind)
+        except FileNotFoundError:
+            return MemorySearchPage(hits=[], coverage="complete")
+        hits = []
+        for row in rows:
+            if not project_admits(row["project_key"], req.active_project_keys):
+                continue
+            hit = self._to_hit(row, None, row["text"], {"origin_class": row["origin_class"]})
+            if hit.automatic_recall is None or not hit.automatic_recall.eligible:
+                continue
+            if req.kind == "project" and not hit.automatic_recall.project_keys:
+                continue
+            hits.append(hit)
+        return MemorySearchPage(hits=hits[:limit], coverage="complete" if len(hits) <= limit else "partial")
+
+    # --- refresh / close -----------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Provider-owned re-index (an incremental sync); not a repair or deletion API."""
+        core = self._runtime.core(self.agent_id)
+        await self._io(core.sync, reason="provider-refresh")
+
+    async def close(self) -> None:
+        """Release this lease only; engines and the store are shared with other callers."""
+        self._closed = True
+
+
+def _note_applies(note: str, requested: list[str]) -> bool:
+    return "sessions" in requested or not note.startswith("session transcripts")
+
+
+def _clamp_results(value: int | None, default: int) -> int:
+    n = default if value is None else int(value)
+    return max(1, min(MAX_PROVIDER_RESULTS, n))
+
+
+def _db_identity(db_path: str) -> str | None:
+    from host_facades.engine_knn import db_identity
+
+    try:
+        return db_identity(db_path)
+    except OSError:
+        return None
+
+
+# --- factory for hosts (gateway) ---------------------------------------------------------------
+
+_RUNTIMES: dict[int, MemoryCoreProviderRuntime] = {}
+
+
+def runtime_for(config: Any) -> MemoryCoreProviderRuntime:
+    """One shared runtime per config object (engines and cursor pins are shared across leases)."""
+    runtime = _RUNTIMES.get(id(config))
+    if runtime is None or runtime.config is not config:
+        runtime = MemoryCoreProviderRuntime(config)
+        _RUNTIMES[id(config)] = runtime
+    return runtime
+
+
+async def open_memory_core_provider(config: Any, agent_id: str, context: MemoryCallerContext,
+                                    purpose: str | None = None) -> MemoryProviderOpenResult:
+    """Open a *host-bound* memory-core lease: host checks (§2) around the native runtime."""
+    from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
+
+    host = MemoryHost(MemoryCapabilityRegistration(plugin_id=PROVIDER_ID, provider_runtime=runtime_for(config)))
+    return await host.open(MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose,
+                                                    cfg=config))
