@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
+import numpy as np
+
 CHUNKING_VERSION = 6
 CHARS_PER_TOKEN_ESTIMATE = 4
 INVALID_PROJECT_ANNOTATION_KEY = "!invalid-project-annotation"
@@ -52,12 +54,12 @@ _JS_S = "[\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u2
 
 _NON_LATIN_RE = re.compile(
     "[\u2e80-\u9fff\ua000-\ua4ff\uac00-\ud7af\uf900-\ufaff\uff01-\uff60\uffe0-\uffe6"
-    "\U00020000-\U0002fa1f]"
+    "\U00020000-\U0002fa1f]+"
 )
-_ASTRAL_RE = re.compile("[\U00010000-\U0010ffff]")
+_ASTRAL_RE = re.compile("[\U00010000-\U0010ffff]+")
 # Upstream subtracts one unit for every surrogate pair with a high surrogate D840-D87E
 # (U+20000-U+2FBFF), but only when the text has at least one non-Latin character.
-_CJK_SURROGATE_RE = re.compile("[\U00020000-\U0002fbff]")
+_CJK_SURROGATE_RE = re.compile("[\U00020000-\U0002fbff]+")
 _LONE_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
@@ -81,11 +83,12 @@ def estimate_string_chars(text: str) -> int:
     """Weighted length (§2.1): UTF-16 length, CJK / fullwidth characters count 4 each."""
     if text.isascii():
         return len(text)
-    astral = len(_ASTRAL_RE.findall(text))
-    non_latin = len(_NON_LATIN_RE.findall(text))
+    n = len(text)
+    astral = n - len(_ASTRAL_RE.sub("", text))
+    non_latin = n - len(_NON_LATIN_RE.sub("", text))
     if non_latin == 0:
-        return len(text) + astral
-    cjk_pairs = len(_CJK_SURROGATE_RE.findall(text)) if astral else 0
+        return n + astral
+    cjk_pairs = n - len(_CJK_SURROGATE_RE.sub("", text)) if astral else 0
     return len(text) + astral - cjk_pairs + non_latin * (CHARS_PER_TOKEN_ESTIMATE - 1)
 
 
@@ -104,6 +107,53 @@ def _char_weight(ch: str) -> int:
     ):
         return 4
     return 2 if o > 0xFFFF else 1
+
+
+def _char_weights(text: str) -> np.ndarray:
+    """Per-code-point weights (as ``estimate_string_chars`` of each single character)."""
+    cp = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    non_latin = (
+        ((cp >= 0x2E80) & (cp <= 0x9FFF))
+        | ((cp >= 0xA000) & (cp <= 0xA4FF))
+        | ((cp >= 0xAC00) & (cp <= 0xD7AF))
+        | ((cp >= 0xF900) & (cp <= 0xFAFF))
+        | ((cp >= 0xFF01) & (cp <= 0xFF60))
+        | ((cp >= 0xFFE0) & (cp <= 0xFFE6))
+        | ((cp >= 0x20000) & (cp <= 0x2FA1F))
+    )
+    w = np.where(non_latin, 4, np.where(cp > 0xFFFF, 2, 1)).astype(np.int64)
+    return w
+
+
+def _greedy_pieces(text: str, budget: int) -> list[tuple[str, int]]:
+    """Maximal pieces whose summed per-code-point weights fit ``budget`` (upstream's greedy loop,
+    computed with a cumulative sum); returns ``(piece, weight)`` pairs."""
+    cum = np.cumsum(_char_weights(text))
+    m = len(text)
+    out: list[tuple[str, int]] = []
+    start = 0
+    base = 0
+    while start < m:
+        cut = max(start + 1, int(np.searchsorted(cum, base + budget, side="right")))
+        total = int(cum[cut - 1])
+        out.append((text[start:cut], total - base))
+        base = total
+        start = cut
+    return out
+
+
+def _greedy_pieces_reference(text: str, budget: int) -> list[tuple[str, int]]:
+    """The per-character form of :func:`_greedy_pieces` (kept for tests)."""
+    out: list[tuple[str, int]] = []
+    start = chars = 0
+    for j, ch in enumerate(text):
+        w = _char_weight(ch)
+        if chars + w > budget:
+            out.append((text[start:j], chars))
+            start, chars = j, 0
+        chars += w
+    out.append((text[start:], chars))
+    return out
 
 
 def _take_tail(text: str, budget: int) -> str:
@@ -264,16 +314,8 @@ def chunk_markdown(
                 coarse_chars = estimate_string_chars(coarse)
                 if coarse_chars > max_chars:
                     # Rare and supplementary ideographs can cost several tokens each.
-                    part_start = 0
-                    part_chars = 0
-                    for j, ch in enumerate(coarse):
-                        w = _char_weight(ch)
-                        if part_chars + w > max_chars:
-                            append(coarse[part_start:j], line_no, part_chars)
-                            part_start = j
-                            part_chars = 0
-                        part_chars += w
-                    append(coarse[part_start:], line_no, part_chars)
+                    for piece, piece_chars in _greedy_pieces(coarse, max_chars):
+                        append(piece, line_no, piece_chars)
                 else:
                     append(coarse, line_no, coarse_chars)
                 start = end

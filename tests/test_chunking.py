@@ -327,3 +327,14 @@ def test_prepare_never_raises_and_spans_are_ordered(content, curated):
         assert c.start_line <= c.end_line
         assert c.text  # byte-split pieces may be whitespace (as upstream), never empty
         assert len(c.text.encode()) <= 64
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(["a", "中", "\U00020000", "😀", "\U0002fa20", "é", "ｱ"]), min_size=1, max_size=600),
+    st.integers(min_value=32, max_value=400),
+)
+def test_vectorised_cjk_resplit_matches_the_greedy_loop(text, budget):
+    from host_facades.engine_indexing import _greedy_pieces, _greedy_pieces_reference
+
+    assert _greedy_pieces(text, budget) == _greedy_pieces_reference(text, budget)
