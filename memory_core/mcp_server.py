@@ -157,7 +157,7 @@ class MemoryTools:
         results = [self._result(hit) for hit in hits]
         mode = "hybrid" if self.config.vectors_enabled else "fts-only"
         tool_ms = (time.perf_counter() - started) * 1000
-        return {
+        out = {
             "results": results,
             "provider": self.config.provider,
             "model": self.config.model,
@@ -176,6 +176,7 @@ class MemoryTools:
                 "hits": len(results),
             },
         }
+        return {k: v for k, v in out.items() if v is not None}
 
     @staticmethod
     def _result(hit: Any) -> dict[str, Any]:

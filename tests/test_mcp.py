@@ -71,9 +71,11 @@ def test_mcp_lists_tools_searches_and_gets(indexed_config):
     found = details(search)
     assert found["provider"] == "none" and found["mode"] == "fts-only" and found["citations"] == "auto"
     top = found["results"][0]
-    assert (top["path"], top["startLine"], top["endLine"]) == ("MEMORY.md", 4, 4)
-    assert top["snippet"] == "- The user prefers dark roast coffee, brewed with an AeroPress.\n\nSource: MEMORY.md#L4"
-    assert (top["citation"], top["corpus"], top["source"]) == ("MEMORY.md#L4", "memory", "memory")
+    assert [(r["path"], r["startLine"], r["endLine"]) for r in found["results"]] == [("MEMORY.md", 1, 4)]
+    assert top["snippet"] == ("# Memory\n\n## Preferences\n- The user prefers dark roast coffee, brewed with an "
+                              "AeroPress.\n\nSource: MEMORY.md#L1-L4")
+    assert (top["citation"], top["corpus"], top["source"], top["score"]) == ("MEMORY.md#L1-L4", "memory", "memory", 1.0)
+    assert "model" not in found and found["fallback"] == "none"
     assert found["debug"]["hits"] == len(found["results"])
 
     whole = details(get)
