@@ -61,7 +61,7 @@ try:  # re-exported retrieval primitives (H4); optional so this module imports o
 except ImportError:  # pragma: no cover - before host_facades.vector_search exists
     pass
 
-DerivedKey = tuple[str, int, str]  # (db identity "dev:inode", revision, model)
+DerivedKey = tuple[str, int, str]  # (db identity "dev:inode", revision, model; "" = every model)
 
 
 def db_identity(db_path: str) -> str:
@@ -89,6 +89,7 @@ class VectorState:
     matrix: np.ndarray
     index: object | None = None
     nbytes: int = field(init=False, default=0)
+    _subsets: dict = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.nbytes = int(self.matrix.nbytes) * (2 if self.index is not None else 1)
@@ -97,32 +98,50 @@ class VectorState:
     def dims(self) -> int:
         return int(self.matrix.shape[1]) if self.matrix.ndim == 2 else 0
 
+    def for_sources(self, sources: "list[str] | tuple[str, ...] | None") -> "VectorState":
+        """The sub-state holding only rows of ``sources`` (memoised); ``self`` when nothing is filtered."""
+        if not sources or len(self.ids) == 0:
+            return self
+        wanted = tuple(sorted(set(sources)))
+        mask = np.isin(self.sources, list(wanted))
+        if bool(mask.all()):
+            return self
+        cached = self._subsets.get(wanted)
+        if cached is not None:
+            return cached
+        rows = np.flatnonzero(mask)
+        matrix = np.ascontiguousarray(self.matrix[rows])
+        index = None
+        if self.index is not None and rows.size:
+            faiss = _faiss()
+            index = faiss.IndexFlatIP(matrix.shape[1])
+            index.add(matrix)
+        sub = VectorState(self.key, [self.ids[int(i)] for i in rows], self.sources[rows], matrix, index)
+        self._subsets[wanted] = sub
+        self.nbytes += sub.nbytes
+        return sub
+
     def search(self, qvec: np.ndarray, limit: int, *, sources: "list[str] | None" = None) -> list[tuple[str, float]]:
-        """Top-``limit`` (id, cosine) pairs, best first; ties broken by storage order."""
+        """Top-``limit`` (id, cosine) pairs, best first; ties broken by storage (chunk_rowid) order."""
+        state = self.for_sources(sources)
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-        n = len(self.ids)
-        if n == 0 or limit <= 0 or q.shape[0] != self.dims:
+        n = len(state.ids)
+        if n == 0 or limit <= 0 or q.shape[0] != state.dims:
             return []
         norm = float(np.linalg.norm(q))
         if norm == 0.0:
             return []
         q = q / norm
-        if sources is None and self.index is not None:
-            k = min(limit, n)
-            scores, rows = self.index.search(q.reshape(1, -1), k)  # type: ignore[attr-defined]
-            return [(self.ids[int(r)], float(s)) for s, r in zip(scores[0], rows[0]) if r >= 0]
-        if sources is not None:
-            rows = np.flatnonzero(np.isin(self.sources, list(sources)))
-            if rows.size == 0:
-                return []
-            scores = self.matrix[rows] @ q
+        k = min(int(limit), n)
+        if state.index is not None:
+            scores, rows = state.index.search(q.reshape(1, -1), k)  # type: ignore[attr-defined]
+            pairs = [(int(r), float(sc)) for sc, r in zip(scores[0], rows[0]) if r >= 0]
         else:
-            rows = np.arange(n)
-            scores = self.matrix @ q
-        k = min(limit, scores.shape[0])
-        part = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
-        order = part[np.lexsort((rows[part], -scores[part]))]
-        return [(self.ids[int(rows[i])], float(scores[i])) for i in order]
+            all_scores = state.matrix @ q
+            part = np.argpartition(-all_scores, k - 1)[:k] if k < n else np.arange(n)
+            pairs = [(int(i), float(all_scores[i])) for i in part]
+        pairs.sort(key=lambda t: (-t[1], t[0]))
+        return [(state.ids[i], sc) for i, sc in pairs]
 
 
 def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool = True) -> VectorState:
@@ -132,11 +151,16 @@ def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool
     belong to a half-migrated index and are rebuilt by ``memory-core index --force``).
     """
     model = key[2]
-    rows = conn.execute(
-        "SELECT id, source, embedding FROM memory_index_chunks WHERE model = ? AND length(embedding) > 0"
-        " ORDER BY chunk_rowid",
-        (model,),
-    ).fetchall()
+    if model == "":  # no model filter (a search without a provider model)
+        rows = conn.execute(
+            "SELECT id, source, embedding FROM memory_index_chunks WHERE length(embedding) > 0 ORDER BY chunk_rowid"
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT id, source, embedding FROM memory_index_chunks WHERE model = ? AND length(embedding) > 0"
+            " ORDER BY chunk_rowid",
+            (model,),
+        ).fetchall()
     if not rows:
         return VectorState(key, [], np.zeros(0, dtype=object), np.zeros((0, 0), dtype=np.float32))
     lengths = np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=len(rows))

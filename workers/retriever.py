@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from host_facades.vectors import encode_vector
 from memory_core.generations import GenerationLeases
 from workers.pool import InlinePool, WorkerPool
 
@@ -49,6 +50,17 @@ class PooledRetriever:
             return result
         finally:
             lease.release()
+
+    def search(self, params: dict, qvec: Any = None, *, want_keyword: bool = True,
+               timeout_s: float | None = None) -> dict:
+        """One ``SearchEngine`` search's reads (``search`` op) on one generation.
+
+        Returns the ``retrieve`` result; ``results[0]`` holds ``has_fts``, ``tokenizer``,
+        ``keyword``, ``vector`` and ``metadata``.
+        """
+        op: dict[str, Any] = {"op": "search", "params": params, "want_keyword": want_keyword,
+                              "qvec": None if qvec is None else encode_vector(qvec)}
+        return self.retrieve([op], metadata=None, timeout_s=timeout_s)
 
     def index_state(self) -> dict:
         return self.pool.run("index_state", {"db_path": self.db_path}, timeout_s=self.timeout_s)

@@ -207,7 +207,11 @@ class SearchEngine:
         identity_check: Callable[[], Any] | None = None,
         on_empty_index: Callable[[], Any] | None = None,
         now_ms: Callable[[], float] | None = None,
+        retriever: Any = None,
     ) -> None:
+        # retriever (H7, workers/retriever.py PooledRetriever): when set, the snapshot reads of a
+        # search run in the worker pool on one leased generation; None = in-process reads.
+        self.retriever = retriever
         if config is None:
             from memory_core.config import MemoryCoreConfig
 
@@ -218,6 +222,9 @@ class SearchEngine:
         self.identity_check = identity_check
         self.on_empty_index = on_empty_index
         self._now_ms = now_ms or (lambda: time.time() * 1000.0)
+        # memory-core's OR probe in the conversational fallback (lexical.keyword_search_with_fallback);
+        # False reproduces upstream's per-keyword probes only (benchmarks compare both).
+        self.or_fallback = True
         self._lock = threading.RLock()
         self._conn: apsw.Connection | None = None
         self._conn_ident: tuple[int, int] | None = None
@@ -375,12 +382,16 @@ class SearchEngine:
             hybrid_enabled = bool(_get(self.config, "query.hybrid.enabled", True))
             timings: dict[str, float] = {}
             t0 = time.perf_counter()
+            if self.retriever is not None:
+                return self._search_pooled(q, srcs, cand, opts, mr, ms, lexical_only=lexical_only,
+                                           query_vector=query_vector, hybrid_enabled=hybrid_enabled,
+                                           timings=timings, t0=t0)
             with read_snapshot(conn) as revision:
                 has_fts = fts_available(conn)
                 params = SearchParams(
                     query=q, candidates=cand, sources=srcs, tokenizer=fts_tokenizer(conn) if has_fts else "unicode61",
                     model=getattr(self.provider, "model", None),
-                    backend=str(_get(self.config, "store.vector.backend", "auto")),
+                    backend=str(_get(self.config, "store.vector.backend", "auto")), or_fallback=self.or_fallback,
                 )
                 want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
                 keyword_data = None
@@ -412,6 +423,37 @@ class SearchEngine:
             pdict.update(max_results=mr, min_score=ms, fusion=opts.fusion)
             return SearchDetails(hits=hits, mode=mode, params=pdict, keyword=keyword_data, vector=vector_hits,
                                  ranked=[c.parts() for c in ordered], revision=revision, timings_ms=timings)
+
+    def _search_pooled(self, q: str, srcs: tuple[str, ...], cand: int, opts: ranking.RankingOptions, mr: int,
+                       ms: float, *, lexical_only: bool, query_vector: Sequence[float] | None,
+                       hybrid_enabled: bool, timings: dict[str, float], t0: float) -> SearchDetails:
+        """``search_with_details`` with its snapshot reads (FTS probe, keyword, vector, metadata) run
+        by ``self.retriever`` in one worker task, i.e. on one generation (H7)."""
+        params = SearchParams(query=q, candidates=cand, sources=srcs, model=getattr(self.provider, "model", None),
+                              backend=str(_get(self.config, "store.vector.backend", "auto")))
+        want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
+        qvec = None
+        if want_vector:
+            qvec = np.asarray(query_vector if query_vector is not None else self._embed_query(q), dtype=np.float32)
+        res = self.retriever.search(params.to_dict(), qvec, want_keyword=hybrid_enabled or not want_vector)
+        timings["retrieve"] = (time.perf_counter() - t0) * 1000
+        revision = res.get("revision")
+        out = res["results"][0] if res.get("results") and isinstance(res["results"][0], dict) else {}
+        params = replace(params, tokenizer=out.get("tokenizer", "unicode61"))
+        keyword_data, vector_hits, meta = out.get("keyword"), out.get("vector"), out.get("metadata") or {}
+        if keyword_data is None and vector_hits is None:
+            return SearchDetails(hits=[], mode="empty", params=params.to_dict(), revision=revision)
+        mode = "keyword" if vector_hits is None else ("vector" if keyword_data is None else "hybrid")
+        kw_hits = keyword_data["hits"] if keyword_data else []
+        t3 = time.perf_counter()
+        hits, ordered = rank_results(mode=mode, keyword_hits=kw_hits, vector_hits=vector_hits, metadata=meta,
+                                     opts=opts, max_results=mr, min_score=ms)
+        timings["rank"] = (time.perf_counter() - t3) * 1000
+        timings["total"] = (time.perf_counter() - t0) * 1000
+        pdict = params.to_dict()
+        pdict.update(max_results=mr, min_score=ms, fusion=opts.fusion)
+        return SearchDetails(hits=hits, mode=mode, params=pdict, keyword=keyword_data, vector=vector_hits,
+                             ranked=[c.parts() for c in ordered], revision=revision, timings_ms=timings)
 
     def _embed_query(self, text: str) -> np.ndarray:
         try:
