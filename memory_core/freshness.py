@@ -143,6 +143,7 @@ class Freshness:
         paused_fn: Callable[[], str | None] | None = None,
         forgotten_fn: Callable[[], Iterable[str]] | None = None,
         action_command: str = "memory-core index",
+        on_dirty: Callable[[bool], None] | None = None,
     ) -> None:
         self.settings = settings or FreshnessSettings()
         self.agent_id = agent_id
@@ -153,6 +154,7 @@ class Freshness:
         self._paused_fn = paused_fn
         self._forgotten_fn = forgotten_fn
         self._action_command = action_command
+        self._on_dirty = on_dirty
 
         self._cond = threading.Condition(threading.RLock())
         self._dirty_paths: set[str] = set()
@@ -233,6 +235,7 @@ class Freshness:
             paused_fn=paused_fn,
             forgotten_fn=forgotten_fn,
             action_command=f"memory-core index --agent {core.agent_id}",
+            on_dirty=lambda dirty: setattr(core, "dirty", dirty),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -329,6 +332,14 @@ class Freshness:
             delay = 0.0 if now else self.settings.watch_debounce_ms / 1000.0
             self._debounce_deadline = time.monotonic() + delay
             self._cond.notify_all()
+        self._notify_dirty()
+
+    def _notify_dirty(self) -> None:
+        if self._on_dirty is not None:
+            try:
+                self._on_dirty(self.is_dirty())
+            except Exception:  # noqa: BLE001 - a status mirror must never break scheduling
+                log.exception("freshness on_dirty hook failed")
 
     # ------------------------------------------------------------------ session deltas
 
@@ -641,6 +652,7 @@ class Freshness:
                 log.warning("memory sync (%s) failed: %s", reason, error)
             self._running = None
             self._cond.notify_all()
+        self._notify_dirty()
         if error is None:
             job.future.set_result(result)
         else:

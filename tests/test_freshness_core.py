@@ -1,0 +1,240 @@
+"""Acceptance tests of issue 6 on a real MemoryCore: real workspace files, the real SQLite index,
+the freshness scheduler running in-process with real watchfiles threads, real searches."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from memory_core.cli import main as cli_main
+from memory_core.config import MemoryCoreConfig
+from memory_core.core import MemoryCore
+from memory_core.errors import ForgetRefused
+from memory_core.forget_cli import forget_session, session_index_path
+from memory_core.freshness import FreshnessSettings
+from memory_core.search.engine import SearchEngine
+
+
+def wait_for(pred, timeout=5.0, step=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+class Served:
+    """A MemoryCore with its freshness scheduler started, and a searcher that consults it first."""
+
+    def __init__(self, tmp_path: Path, *, debounce_ms: int = 200, sessions: bool = False, **settings):
+        self.ws = tmp_path / "ws"
+        (self.ws / "memory").mkdir(parents=True, exist_ok=True)
+        self.sessions_dir = tmp_path / "sessions"
+        self.sessions_dir.mkdir(exist_ok=True)
+        extra = {"sources": ["memory", "sessions"], "experimental": {"sessionMemory": True},
+                 "sessionsDir": str(self.sessions_dir)} if sessions else {}
+        self.raw = {"workspace": str(self.ws), "stateDir": str(tmp_path / "state"),
+                    "sync": {"watchDebounceMs": debounce_ms}, **extra}
+        self.cfg = MemoryCoreConfig.model_validate(self.raw)
+        self.settings = FreshnessSettings.from_config(self.cfg, **settings)
+        self.core: MemoryCore | None = None
+
+    def start(self) -> "Served":
+        from memory_core.freshness import Freshness
+
+        self.core = MemoryCore(str(self.ws), config=self.cfg)
+        self.core._freshness = Freshness.for_core(self.core, self.settings)
+        self.fresh = self.core.freshness
+        self.fresh.start()
+        self.fresh.wait_idle(5)
+        self.engine = SearchEngine(self.cfg, self.core.db_path, None)
+        return self
+
+    def search(self, query: str) -> tuple[list[str], dict | None]:
+        stale = self.core.before_search()
+        hits = self.engine.search(query, min_score=0.0)
+        return sorted({h.path for h in hits}), stale
+
+    def paths(self, query: str) -> list[str]:
+        return self.search(query)[0]
+
+    def close(self) -> None:
+        if self.core is not None:
+            self.engine.close()
+            self.core.close()
+
+
+@pytest.fixture
+def served(tmp_path):
+    made = []
+
+    def make(**kw):
+        s = Served(tmp_path, **kw)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_edit_create_delete_rename_are_searchable_within_debounce_plus_1s(served):
+    s = served(debounce_ms=200)
+    (s.ws / "MEMORY.md").write_text("# Pets\n\nThe cat is called Tibbles.\n")
+    s.start()
+    assert s.paths("Tibbles") == ["MEMORY.md"]
+    steps = [
+        (lambda: (s.ws / "MEMORY.md").write_text("# Pets\n\nThe cat is called Marmalade.\n"), "Marmalade", ["MEMORY.md"]),
+        (lambda: (s.ws / "memory" / "dog.md").write_text("# Dog\n\nThe dog is called Rex.\n"), "Rex", ["memory/dog.md"]),
+        (lambda: (s.ws / "memory" / "dog.md").rename(s.ws / "memory" / "hound.md"), "Rex", ["memory/hound.md"]),
+        (lambda: (s.ws / "memory" / "hound.md").unlink(), "Rex", []),
+    ]
+    for act, word, expected in steps:
+        t0 = time.monotonic()
+        act()
+        # watch for the index (not the scheduler) to reflect the change; no search-triggered syncs
+        assert wait_for(lambda: sorted({h.path for h in s.engine.search(word, min_score=0.0)}) == expected, 1.2), word
+        assert time.monotonic() - t0 < 0.2 + 1.0
+    assert s.fresh.status()["watcher"]["state"] == "running"
+    assert s.search("Marmalade") == (["MEMORY.md"], None)
+
+
+def test_an_edit_is_searchable_within_the_default_debounce_plus_1s(served):
+    s = served(debounce_ms=1500)
+    (s.ws / "memory" / "a.md").write_text("first version\n")
+    s.start()
+    t0 = time.monotonic()
+    (s.ws / "memory" / "a.md").write_text("second version mentions quokkas\n")
+    assert wait_for(lambda: s.engine.search("quokkas", min_score=0.0) != [], 2.6)
+    took = time.monotonic() - t0
+    assert 1.4 < took < 2.5
+
+
+def test_a_burst_of_1000_edits_in_2s_causes_a_few_syncs(served):
+    s = served(debounce_ms=200)
+    s.start()
+    n0 = s.fresh.sync_count
+    f = s.ws / "memory" / "burst.md"
+    t0 = time.monotonic()
+    for i in range(1000):
+        f.write_text(f"burst edit number{i}\n")
+        time.sleep(max(0.0, t0 + (i + 1) * 0.002 - time.monotonic()))
+    assert wait_for(lambda: s.engine.search("number999", min_score=0.0) != [], 3)
+    time.sleep(0.4)
+    assert 1 <= s.fresh.sync_count - n0 <= 3, list(s.fresh.sync_log)
+
+
+def _msg(role: str, text: str) -> str:
+    return json.dumps({"type": "message", "timestamp": "2026-11-01T10:00:00Z",
+                       "message": {"role": role, "content": text}}) + "\n"
+
+
+def test_60_appended_messages_trigger_a_session_sync_and_10_do_not(served):
+    s = served(debounce_ms=200, sessions=True)
+    t = s.sessions_dir / "chat1.jsonl"
+    t.write_text(_msg("user", "we talked about the lighthouse"))
+    s.start()
+    assert s.paths("lighthouse") == ["sessions/chat1.jsonl"]
+    n0 = s.fresh.sync_count
+    with t.open("a") as fh:
+        for i in range(10):
+            fh.write(_msg("assistant", f"reply about penguins {i}"))
+            fh.flush()
+    time.sleep(1.0)
+    assert s.fresh.sync_count == n0
+    assert s.engine.search("penguins", min_score=0.0) == []
+    with t.open("a") as fh:
+        for i in range(60):
+            fh.write(_msg("user", f"more about penguins {i}"))
+            fh.flush()
+    assert wait_for(lambda: s.engine.search("penguins", min_score=0.0) != [], 2.0)
+    assert s.fresh.sync_count == n0 + 1
+    assert s.fresh.sync_log[-1]["full"] is False and s.fresh.sync_log[-1]["paths"] == 1
+
+
+def test_a_killed_watcher_is_detected_at_the_next_search(served):
+    s = served(debounce_ms=200, reconcile_min_interval_s=3600)
+    (s.ws / "memory" / "notes.md").write_text("the meeting is on Monday\n")
+    s.start()
+    s.fresh.watcher.kill()
+    assert s.core.status()["freshness"]["watcher"]["state"] == "dead"
+    (s.ws / "memory" / "notes.md").write_text("the meeting moved to Thursday afternoon\n")
+    time.sleep(0.6)
+    paths, stale = s.search("Thursday")
+    assert stale == {"stale": True, "warning": "Memory index is dirty. Search results may be incomplete.",
+                     "action": "Run: memory-core index --agent main"}
+    assert s.fresh.status()["watcher"]["state"] == "running"
+    assert s.fresh.wait_idle(3)
+    assert s.search("Thursday") == (["memory/notes.md"], None)
+
+
+def test_a_forgotten_session_never_comes_back_after_three_syncs(served):
+    s = served(debounce_ms=100, sessions=True)
+    secret = s.sessions_dir / "secret.jsonl"
+    secret.write_text(_msg("user", "my locker code is zanzibar"))
+    (s.sessions_dir / "other.jsonl").write_text(_msg("user", "zanzibar is also an island"))
+    s.start()
+    assert s.paths("zanzibar") == ["sessions/other.jsonl", "sessions/secret.jsonl"]
+    assert forget_session(s.core, "secret") == {"path": "sessions/secret.jsonl", "chunksRemoved": 1,
+                                                "forgotten": True}
+    assert s.paths("zanzibar") == ["sessions/other.jsonl"]
+    s.fresh.sync_now(None, reason="manual")                       # full enumeration
+    s.fresh.sync_now([str(secret)], reason="manual")              # targeted at the file
+    with secret.open("a") as fh:                                  # the transcript keeps growing
+        for i in range(60):
+            fh.write(_msg("user", f"zanzibar again {i}"))
+    s.fresh.sync_now(None, reason="manual", force=True)           # and a forced rebuild
+    assert s.fresh.wait_idle(3)
+    assert s.paths("zanzibar") == ["sessions/other.jsonl"]
+    assert s.search("zanzibar")[1] is None
+
+
+def test_forget_cli_removes_a_session_and_refuses_memory_files(served, capsys, monkeypatch):
+    s = served(sessions=True)
+    monkeypatch.setenv("MEMORY_CORE_HOME", s.raw["stateDir"])  # the env wins over the file's stateDir
+    (s.sessions_dir / "s9.jsonl").write_text(_msg("user", "the password hint is kumquat"))
+    s.start()
+    assert s.paths("kumquat") == ["sessions/s9.jsonl"]
+    s.close()
+    args = ["--workspace", str(s.ws)]
+    cfg_file = s.ws.parent / "cfg.json"
+    cfg_file.write_text(json.dumps(s.raw))
+    assert cli_main(["forget", "--session", "sessions/s9.jsonl", "--json", "--config", str(cfg_file), *args]) == 0
+    assert json.loads(capsys.readouterr().out) == {"path": "sessions/s9.jsonl", "chunksRemoved": 1, "forgotten": True}
+    assert cli_main(["forget", "--session", "memory/notes.md", "--config", str(cfg_file), *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: memory/notes.md is a memory file: memory files are not forgotten, they are edited.")
+    with pytest.raises(ForgetRefused):
+        session_index_path("MEMORY.md")
+    assert session_index_path("/x/y/abc") == "sessions/abc.jsonl"
+
+
+def test_status_shows_dirty_pending_paths_and_the_watcher(served):
+    s = served(debounce_ms=60_000)
+    s.start()
+    (s.ws / "memory" / "pending.md").write_text("not yet indexed\n")
+    assert wait_for(lambda: s.core.status()["dirty"], 2)
+    st = s.core.status()["freshness"]
+    assert st["pendingPaths"] == ["memory/pending.md"]
+    assert st["watcher"]["state"] == "running" and st["watcher"]["roots"] == [str(s.ws), str(s.ws / "memory")]
+    assert (st["lastSyncError"], st["lastSyncAt"], st["syncCount"]) == (None, None, 0)  # nothing to sync yet
+
+
+def test_a_paused_index_is_reported_stale(served, tmp_path):
+    s = served()
+    (s.ws / "MEMORY.md").write_text("alpha\n")
+    s.start()
+    s.close()
+    cfg = s.cfg.model_copy(update={"chunking": s.cfg.chunking.model_copy(update={"tokens": 200})})
+    core = MemoryCore(str(s.ws), config=cfg)
+    try:
+        stale = core.before_search()
+        assert stale["stale"] is True
+        assert stale["warning"].startswith("Memory index is stale: the index was built with different settings (")
+        assert stale["action"] == "Run: memory-core index --agent main --force"
+    finally:
+        core.close()
