@@ -237,8 +237,7 @@ def _enumerate_memory(workspace: str, extra_paths: Sequence[Any]) -> _Listing:
         if stat_mod.S_ISLNK(st.st_mode):
             continue
         if stat_mod.S_ISDIR(st.st_mode):
-            if os.path.basename(resolved) in IGNORED_DIRS:
-                continue
+            # An explicitly configured folder is walked even if its own name is an ignored one.
             listing.walk(resolved, _glob_to_regex(pattern) if pattern else None, resolved)
         elif stat_mod.S_ISREG(st.st_mode) and resolved.endswith(".md"):
             if pattern is None or fnmatch.fnmatchcase(os.path.basename(resolved), pattern):
