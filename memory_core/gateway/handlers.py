@@ -12,7 +12,6 @@ close the lease. Blocking engine work runs in threads so the event loop keeps se
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +30,6 @@ from memory_core.provider.types import (
     AbortSignal,
     MemoryCallerContext,
     MemoryProviderOpenParams,
-    MemoryProviderOpenResult,
     OperatorAuthority,
     to_json,
 )
@@ -63,76 +61,45 @@ def v1_result(hit: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the service
 
 
-class _CoreRuntime:
-    """The ``memory-core`` providerRuntime as the host sees it: ``open(params)`` per lease."""
-
-    def __init__(self, service: MemoryService) -> None:
-        self._service = service
-
-    async def open(self, params: MemoryProviderOpenParams) -> MemoryProviderOpenResult:
-        from memory_core.provider import open_memory_core_provider
-
-        config = await asyncio.to_thread(self._service.agent_config, params.agent_id)
-        kwargs: dict[str, Any] = {}
-        accepted = inspect.signature(open_memory_core_provider).parameters
-        if "core" in accepted:
-            kwargs["core"] = await asyncio.to_thread(self._service.core, params.agent_id)
-        result = open_memory_core_provider(config, params.agent_id, params.context, params.purpose, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-
 class MemoryService:
     """Everything the gateway serves for one config: its agents, their engines and the provider host.
 
-    Engines (``MemoryCore``) are opened lazily, once per agent, and shared by all connections.
+    One ``MemoryCore`` per agent, opened lazily and shared by the v1 path, the ``memory-core``
+    provider runtime (v2/get/status) and every connection.
     """
 
     def __init__(self, config: MemoryCoreConfig, *, provider_id: str = PROVIDER_ID) -> None:
         from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
+        from memory_core.provider.runtime import MemoryCoreProviderRuntime
 
         self.config = config
         self.provider_id = provider_id
-        ids = [Agents.normalize(config.agent_id)]
-        ids += [Agents.normalize(a) for a in config.agents if Agents.normalize(a) not in ids]
-        self.agents = Agents(ids=tuple(ids), default=ids[0])
+        configured = [config.agent_id] + [a for a in config.agents if a != config.agent_id]
+        self.agents = Agents.from_ids(configured)
         self._lock = threading.Lock()
-        self._configs: dict[str, MemoryCoreConfig] = {}
-        self._cores: dict[str, Any] = {}
-        self.host = MemoryHost(MemoryCapabilityRegistration(plugin_id=provider_id, provider_runtime=_CoreRuntime(self)))
+        self.runtime = MemoryCoreProviderRuntime(config, core_factory=self._make_core)
+        self.host = MemoryHost(MemoryCapabilityRegistration(plugin_id=provider_id, provider_runtime=self.runtime))
+
+    @staticmethod
+    def _make_core(cfg: MemoryCoreConfig, agent_id: str) -> Any:
+        from memory_core.core import MemoryCore
+
+        return MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
 
     def agent_config(self, agent_id: str) -> MemoryCoreConfig:
-        with self._lock:
-            cfg = self._configs.get(agent_id)
-            if cfg is None:
-                cfg = self.config if agent_id == Agents.normalize(self.config.agent_id) else self.config.for_agent(agent_id)
-                self._configs[agent_id] = cfg
-            return cfg
+        return self.core(agent_id).config
 
     def core(self, agent_id: str) -> Any:
         """The agent's engine, opened on first use (raises what ``MemoryCore`` raises)."""
-        cfg = self.agent_config(agent_id)
         with self._lock:
-            core = self._cores.get(agent_id)
-            if core is None:
-                from memory_core.core import MemoryCore
-
-                core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
-                self._cores[agent_id] = core
-            return core
+            return self.runtime.core(agent_id)
 
     def search_mode(self, agent_id: str) -> str:
         return "hybrid" if self.agent_config(agent_id).vectors_enabled else "fts-only"
 
     def close(self) -> None:
         with self._lock:
-            cores, self._cores = list(self._cores.values()), {}
-        for core in cores:
-            try:
-                core.close()
-            except Exception:  # noqa: BLE001 - closing must go on for the other agents
-                pass
+            self.runtime.close_all()
 
 
 # --------------------------------------------------------------------------- requests
@@ -212,6 +179,7 @@ class MemoryMethods:
                 assert_current=scope.assert_current,
                 signal=scope.signal,
             )
+            await asyncio.to_thread(self.service.core, agent_id)  # opened once, under the service lock
             acquired = await self.service.host.open(
                 MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose="cli", cfg=self.service.config)
             )

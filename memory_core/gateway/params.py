@@ -8,7 +8,7 @@ Messages are upstream's exactly: the v1 ``memory.search`` rules of ``memory-sear
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from memory_core.gateway.protocol import invalid_request
@@ -65,10 +65,26 @@ class Agents:
 
     ids: tuple[str, ...]
     default: str
+    by_key: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def normalize(raw: str) -> str:
         return raw.strip().lower()
+
+    @classmethod
+    def from_ids(cls, configured: list[str]) -> Agents:
+        """Configured ids in order (the first is the default); requests match them case-insensitively."""
+        by_key: dict[str, str] = {}
+        for agent in configured:
+            by_key.setdefault(cls.normalize(agent), agent)
+        ids = tuple(by_key.values())
+        return cls(ids=ids, default=ids[0], by_key=by_key)
+
+    def _lookup(self, raw: str) -> str:
+        agent = self.by_key.get(self.normalize(raw))
+        if agent is None:
+            raise invalid_request(UNKNOWN_AGENT)
+        return agent
 
     def resolve_v1(self, params: dict[str, Any]) -> str:
         if "agentId" not in params:
@@ -76,10 +92,7 @@ class Agents:
         raw = params["agentId"]
         if not isinstance(raw, str):
             raise invalid_request(AGENT_NOT_STRING)
-        agent = self.normalize(raw)
-        if not agent or agent not in self.ids:
-            raise invalid_request(UNKNOWN_AGENT)
-        return agent
+        return self._lookup(raw)
 
     def resolve_v2(self, params: dict[str, Any]) -> str:
         if "agentId" not in params:
@@ -87,10 +100,7 @@ class Agents:
         raw = params["agentId"]
         if not isinstance(raw, str) or not raw.strip():
             raise invalid_request("agentId must be a non-empty string")
-        agent = self.normalize(raw)
-        if agent not in self.ids:
-            raise invalid_request(UNKNOWN_AGENT)
-        return agent
+        return self._lookup(raw)
 
 
 # --------------------------------------------------------------------------- v1 search

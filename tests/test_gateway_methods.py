@@ -1,0 +1,148 @@
+"""The memory methods over a real socket against real indexes of two agents (one config).
+
+v1 (unversioned / ``version: 1``) is the 2026.9.6 file-shaped payload; ``version: 2``, ``memory.get``
+and ``memory.status`` are the neutral contract through host enforcement and the memory-core
+provider (provider-runtime.md §4.2, gateway-protocol.md §6-7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from memory_core.config import load_config
+from memory_core.core import MemoryCore
+from memory_core.gateway import protocol as p
+from memory_core.gateway.client import GatewayCallError, GatewayClient
+from memory_core.gateway.handlers import MemoryService
+from memory_core.gateway.server import GatewayServer
+from tests.gateway_fixtures import OPS_MD, TOKEN, make_workspace
+
+pytestmark = pytest.mark.timeout(120)
+
+COFFEE_SNIPPET = "# Memory\n\n## Preferences\n- The user prefers dark roast coffee, brewed with an AeroPress."
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gw")
+    ws = make_workspace(base)
+    ops = make_workspace(base, "ops", {"MEMORY.md": OPS_MD})
+    cfg = load_config(None, env={"MEMORY_CORE_HOME": str(base / "state")},
+                      overrides={"workspace": str(ws), "agents": {"ops": {"workspace": str(ops)}}})
+    for agent in ("main", "ops"):
+        with MemoryCore(agent_id=agent, config=cfg) as core:
+            core.index()
+    return cfg
+
+
+def call_all(config, calls, *, scopes=None):
+    """Run ``(method, params)`` calls on one connection; each result is a payload or a GatewayCallError."""
+    service = MemoryService(config)
+
+    async def main():
+        async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server:
+            async with await GatewayClient.open(server.url, token=TOKEN, scopes=scopes) as client:
+                out = []
+                for method, params in calls:
+                    if callable(params):  # built from the earlier results (e.g. a nextCursor)
+                        params = params(out)
+                    try:
+                        out.append(await client.call(method, params))
+                    except GatewayCallError as err:
+                        out.append(err)
+                return out
+
+    try:
+        return asyncio.run(main())
+    finally:
+        service.close()
+
+
+def test_v1_search_is_the_2026_9_6_shape(config):
+    unversioned, v1 = call_all(config, [("memory.search", {"query": "coffee"}),
+                                        ("memory.search", {"query": "coffee", "version": 1})])
+    assert unversioned == v1
+    results = unversioned.pop("results")
+    assert unversioned == {"agentId": "main", "provider": "none", "searchMode": "fts-only"}
+    assert [{k: r[k] for k in ("path", "startLine", "endLine", "score", "snippet", "source")} for r in results] == [
+        {"path": "MEMORY.md", "startLine": 1, "endLine": 4, "score": 1.0, "snippet": COFFEE_SNIPPET,
+         "source": "memory"}]
+    assert set(results[0]) == {"path", "startLine", "endLine", "score", "textScore", "snippet", "source",
+                               "provenance"}
+    assert results[0]["provenance"]["originClass"] == "agent"
+
+
+def test_v1_no_match_and_clamps(config):
+    none, clamped = call_all(config, [("memory.search", {"query": "zzzqqq"}),
+                                      ("memory.search", {"query": "coffee", "maxResults": 0.4, "minScore": 0})])
+    assert none == {"agentId": "main", "provider": "none", "searchMode": "fts-only", "results": []}
+    assert [r["path"] for r in clamped["results"]] == ["MEMORY.md"]
+
+
+def test_v2_search_get_and_status(config):
+    page, status = call_all(config, [("memory.search", {"query": "coffee", "version": 2}),
+                                     ("memory.status", {"version": 2})])
+    hits = page.pop("hits")
+    assert page == {"version": 2, "agentId": "main", "providerId": "memory-core", "coverage": "complete"}
+    assert len(hits) == 1
+    hit = hits[0]
+    ref = hit["reference"]
+    assert ref["providerId"] == "memory-core" and HEX64.match(ref["id"]) and HEX64.match(ref["revision"])
+    assert (hit["excerpt"], hit["score"], hit["source"]) == (COFFEE_SNIPPET, 1.0, "memory")
+    assert hit["citations"] == [{"label": "MEMORY.md#L1-L4", "reference": ref, "startLine": 1, "endLine": 4}]
+    assert hit["automaticRecall"] == {"eligible": True}
+    assert status == {"version": 2, "agentId": "main", "providerId": "memory-core", "status": "ready",
+                      "details": {"backend": "memory-core", "provider": "none", "sources": ["memory"],
+                                  "files": 2, "chunks": 4, "revision": status["details"]["revision"]}}
+
+    whole, part, stale = call_all(config, [
+        ("memory.get", {"reference": ref}),
+        ("memory.get", {"reference": ref, "from": 2, "lines": 2}),
+        ("memory.get", {"reference": {**ref, "revision": "0" * 64}}),
+    ])
+    assert (whole["status"], whole["text"], whole["reference"], whole["from"], whole["lines"]) == (
+        "ok", COFFEE_SNIPPET, ref, 1, 4)
+    assert (part["text"], part["from"], part["lines"], part["truncated"], part["nextFrom"]) == (
+        "\n## Preferences", 2, 2, True, 4)
+    assert stale == {"version": 2, "agentId": "main", "providerId": "memory-core", "status": "not_found"}
+
+
+def test_many_agents_from_one_config(config):
+    v1, v2, unknown, unknown_v2 = call_all(config, [
+        ("memory.search", {"query": "deploy window", "agentId": "ops"}),
+        ("memory.search", {"query": "deploy window", "agentId": "OPS", "version": 2}),
+        ("memory.search", {"query": "deploy", "agentId": "nope"}),
+        ("memory.status", {"agentId": "nope"}),
+    ])
+    assert v1["agentId"] == "ops" and [r["path"] for r in v1["results"]] == ["MEMORY.md"]
+    assert v1["results"][0]["snippet"] == "# Ops agent\nThe deploy window is Tuesday at 14:00 UTC.\n"
+    assert v2["agentId"] == "ops" and [h["citations"][0]["label"] for h in v2["hits"]] == ["MEMORY.md#L1-L3"]
+    assert (unknown.code, unknown.message) == ("INVALID_REQUEST", "unknown agentId")
+    assert (unknown_v2.code, unknown_v2.message) == ("INVALID_REQUEST", "unknown agentId")
+
+
+def test_foreign_reference_and_path_traversal_never_read_anything(config):
+    foreign, traversal, file_id = call_all(config, [
+        ("memory.get", {"reference": {"providerId": "other", "id": "record"}}),
+        ("memory.get", {"reference": {"providerId": "memory-core", "id": "../../etc/passwd"}}),
+        ("memory.get", {"reference": {"providerId": "memory-core", "id": "MEMORY.md"}}),
+    ])
+    assert (foreign.code, foreign.message) == ("UNAVAILABLE", "memory reference belongs to a different provider")
+    assert traversal == {"version": 2, "agentId": "main", "providerId": "memory-core", "status": "not_found"}
+    assert file_id == {"version": 2, "agentId": "main", "providerId": "memory-core", "status": "not_found"}
+
+
+def test_v2_with_write_scope_reads_and_pagination_round_trips(config):
+    search = {"query": "Falcon", "version": 2, "maxResults": 1, "minScore": 0}
+    first, second = call_all(config, [
+        ("memory.search", search),
+        ("memory.search", lambda out: {**search, "cursor": out[0]["nextCursor"]}),
+    ], scopes=["operator.write"])
+    assert [h["citations"][0]["label"] for h in first["hits"]] == ["MEMORY.md#L7-L11"]
+    assert first["coverage"] == "complete" and isinstance(first["nextCursor"], str)
+    assert [h["citations"][0]["label"] for h in second["hits"]] == ["memory/2026-09-01.md#L1-L4"]
+    assert "nextCursor" not in second
