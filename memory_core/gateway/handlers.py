@@ -94,6 +94,13 @@ class MemoryService:
         with self._lock:
             return self.runtime.core(agent_id)
 
+    def preopen(self, agent_id: str) -> None:
+        """Open the agent's engine under the lock before the runtime needs it; failures are the runtime's to report."""
+        try:
+            self.core(agent_id)
+        except Exception:  # noqa: BLE001 - the provider's open answers with its own (path-free) error
+            pass
+
     def search_mode(self, agent_id: str) -> str:
         return "hybrid" if self.agent_config(agent_id).vectors_enabled else "fts-only"
 
@@ -179,7 +186,7 @@ class MemoryMethods:
                 assert_current=scope.assert_current,
                 signal=scope.signal,
             )
-            await asyncio.to_thread(self.service.core, agent_id)  # opened once, under the service lock
+            await asyncio.to_thread(self.service.preopen, agent_id)
             acquired = await self.service.host.open(
                 MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose="cli", cfg=self.service.config)
             )
