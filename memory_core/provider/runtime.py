@@ -61,6 +61,12 @@ PROVIDER_ID = "memory-core"
 CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagination=True,
                                           candidates=("trigger", "project"), project_filter=True)
 DISABLED = "Memory is disabled for this agent."
+# Agent tools a host may allow for deep recall (served by `memory-core mcp`).
+RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
+# providerRuntime needs a host newer than the released 2026.9.6 gateway (which only knows the
+# legacy runtime): hosts older than this ignore it (checklist 32).
+MIN_HOST_VERSION = "2026.10.0"
+PLUGIN_MANIFEST = {"id": "memory-core", "kind": "memory", "providerRuntime": True, "minHostVersion": MIN_HOST_VERSION}
 MAX_PROVIDER_RESULTS = 50
 RESULT_WINDOW = 200          # hits ranked once per search and paged through with cursors
 DEFAULT_CANDIDATES = 48
