@@ -92,7 +92,7 @@ class VectorState:
     _subsets: dict = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.nbytes = int(self.matrix.nbytes) * (2 if self.index is not None else 1)
+        self.nbytes = int(self.matrix.nbytes)
 
     @property
     def dims(self) -> int:
@@ -113,9 +113,7 @@ class VectorState:
         matrix = np.ascontiguousarray(self.matrix[rows])
         index = None
         if self.index is not None and rows.size:
-            faiss = _faiss()
-            index = faiss.IndexFlatIP(matrix.shape[1])
-            index.add(matrix)
+            index, matrix = _flat_index(matrix)
         sub = VectorState(self.key, [self.ids[int(i)] for i in rows], self.sources[rows], matrix, index)
         self._subsets[wanted] = sub
         self.nbytes += sub.nbytes
@@ -178,9 +176,19 @@ def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool
     index = None
     faiss = _faiss() if use_faiss else None
     if faiss is not None and len(ids):
-        index = faiss.IndexFlatIP(matrix.shape[1])
-        index.add(matrix)
+        index, matrix = _flat_index(matrix)
     return VectorState(key, ids, sources, matrix, index)
+
+
+def _flat_index(matrix: np.ndarray) -> tuple[object, np.ndarray]:
+    """A faiss ``IndexFlatIP`` over ``matrix`` plus a zero-copy view of the index's own storage,
+    so a generation's vectors are held once, not twice."""
+    faiss = _faiss()
+    n, d = matrix.shape
+    index = faiss.IndexFlatIP(d)
+    index.add(matrix)
+    view = faiss.rev_swig_ptr(index.get_xb(), n * d).reshape(n, d)
+    return index, view
 
 
 class DerivedStateCache:

@@ -38,6 +38,32 @@ class WorkerContext:
     pool_name: str = "inline"
     cache: DerivedStateCache = field(default_factory=DerivedStateCache)
     tasks_run: int = 0
+    # db_path -> (read-only connection, file identity, last use); reused between tasks while the
+    # file identity is unchanged and for at most SQLITE_IDLE_HANDLE_TTL_S of idleness.
+    readers: dict = field(default_factory=dict)
+
+    def reader(self, db_path: str, ident: str):
+        """A read-only connection to ``db_path`` whose file identity is ``ident`` (cached)."""
+        now = time.monotonic()
+        for path, (conn, _ident, used) in list(self.readers.items()):
+            if now - used > engine_knn.SQLITE_IDLE_HANDLE_TTL_S:
+                self.drop_reader(path)
+        entry = self.readers.get(db_path)
+        if entry is not None and entry[1] == ident:
+            self.readers[db_path] = (entry[0], ident, now)
+            return entry[0]
+        self.drop_reader(db_path)
+        conn = open_readonly(db_path, load_vec=True)
+        self.readers[db_path] = (conn, ident, now)
+        return conn
+
+    def drop_reader(self, db_path: str) -> None:
+        entry = self.readers.pop(db_path, None)
+        if entry is not None:
+            try:
+                entry[0].close()
+            except Exception:  # noqa: BLE001
+                pass
 
 
 TASKS: dict[str, Callable[[Any, WorkerContext], Any]] = {}
@@ -330,14 +356,14 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
     ops = payload.get("ops", [])
     if not os.path.exists(db_path):
         return {"revision": 0, "db_id": None, "missing": True, "results": [[] for _ in ops], "metadata": {}}
-    need_vec = any(op.get("op") == "vector" and op.get("backend") == "sqlite-vec" for op in ops)
     for _attempt in range(3):
         before = db_identity(db_path)
-        conn = open_readonly(db_path, load_vec=need_vec)
+        conn = ctx.reader(db_path, before)
         try:
             with read_snapshot(conn) as revision:
                 after = db_identity(db_path)
                 if after != before:  # the file was swapped (atomic reindex) while we opened it
+                    ctx.drop_reader(db_path)
                     continue
                 env = {"db_id": after, "revision": revision, "db_path": db_path}
                 ctx.cache.retain(after, set(payload.get("keep", ())) | {revision})
@@ -356,8 +382,9 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
                 elif meta_spec:
                     metadata = read_metadata(conn, list(meta_spec))
             return {"revision": revision, "db_id": after, "results": results, "metadata": metadata}
-        finally:
-            conn.close()
+        except BaseException:
+            ctx.drop_reader(db_path)  # never reuse a handle whose task failed
+            raise
     raise TaskError("unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
 
 
