@@ -7,6 +7,7 @@ routed to the indexing worker pool without touching the rest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -106,6 +107,45 @@ def scan(cfg: Any, workspace: str) -> ScanResult:
                         sessions_dir=sessions_dir)
 
 
+def scan_paths(cfg: Any, workspace: str, wanted: set[str]) -> ScanResult:
+    """A targeted scan (freshness, H8): list the sources without reading them and build entries only
+    for the ``wanted`` indexed paths, so a sync of one edited file does not re-read every file (and
+    every transcript). A listing error makes the result not ``ok`` (nothing is pruned)."""
+    from memory_core import sources as src
+
+    result = ScanResult(ok=True)
+    if "memory" in cfg.sources:
+        listing = src._enumerate_memory(workspace, extra_paths_arg(cfg))  # noqa: SLF001 - errors are needed
+        if listing.errors:
+            result.ok = False
+            result.problems.extend(listing.errors)
+        for path in listing.files:
+            rel = src.relative_source_path(workspace, path)
+            if rel not in wanted:
+                continue
+            try:
+                entry = src.build_file_entry(workspace, path)
+            except src.SourceReadError as exc:
+                result.problems.append(src.SourceProblem(rel, exc.code, exc.message))
+                continue
+            if entry is not None:
+                result.entries.append(entry)
+    if "sessions" in cfg.sources:
+        sessions_dir = resolve_sessions_dir(cfg, workspace)
+        for path in src.list_session_files(sessions_dir):
+            rel = f"sessions/{os.path.basename(path)}"
+            if rel not in wanted:
+                continue
+            try:
+                entry = src.build_session_entry(sessions_dir, path)
+            except src.SourceReadError as exc:
+                result.problems.append(src.SourceProblem(rel, exc.code, exc.message))
+                continue
+            if entry is not None:
+                result.entries.append(entry)
+    return result
+
+
 def _problem_dict(p: Any, workspace: str) -> dict[str, str]:
     path = str(p.path)
     if os.path.isabs(path):
@@ -139,6 +179,8 @@ def run_sync(
     model = str(provider.model) if provider is not None else FTS_ONLY_MODEL
     summary = IndexSummary(full=full, reason=reason, model=model,
                            provider=str(provider.id) if provider is not None else "none")
+    if scan_result is None and paths is not None and not full:
+        scan_result = scan_paths(cfg, workspace, {p.replace(os.sep, "/") for p in paths})
     result = scan_result if scan_result is not None else scan(cfg, workspace)
     summary.scan_ok = bool(result.ok)
     problems = [_problem_dict(p, workspace) for p in result.problems]
@@ -206,25 +248,28 @@ def run_sync(
         group = []
         group_chunks = 0
 
-    for entry in todo:
-        try:
-            chunks = prepare_entry(entry, cfg, max_input_bytes=max_input)
-        except MemoryCoreError:
-            raise
-        except Exception as exc:  # a chunking bug on one file must not lose the others
-            if full:
+    # A temp database being rebuilt commits in bulk (each source still in its own savepoint); the
+    # live database commits per source so searches see each file as soon as it is published.
+    with writer.bulk() if full else contextlib.nullcontext():
+        for entry in todo:
+            try:
+                chunks = prepare_entry(entry, cfg, max_input_bytes=max_input)
+            except MemoryCoreError:
                 raise
-            summary.failed += 1
-            problems.append({"path": entry.path, "code": "prepare_failed",
-                             "message": f"could not chunk {entry.path}: {exc}; its previous rows were kept"})
-            done += 1
-            continue
-        group.append((entry, chunks))
-        group_chunks += len(chunks)
-        if provider is None or group_chunks >= EMBED_GROUP_CHUNKS:
+            except Exception as exc:  # a chunking bug on one file must not lose the others
+                if full:
+                    raise
+                summary.failed += 1
+                problems.append({"path": entry.path, "code": "prepare_failed",
+                                 "message": f"could not chunk {entry.path}: {exc}; its previous rows were kept"})
+                done += 1
+                continue
+            group.append((entry, chunks))
+            group_chunks += len(chunks)
+            if provider is None or group_chunks >= EMBED_GROUP_CHUNKS:
+                flush()
+        if group:
             flush()
-    if group:
-        flush()
 
     # Prune only after a scan that succeeded (spec §1.4); a file that could not be read this time
     # keeps its rows (it is reported as a problem, not treated as deleted).

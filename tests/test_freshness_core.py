@@ -238,3 +238,18 @@ def test_a_paused_index_is_reported_stale(served, tmp_path):
         assert stale["action"] == "Run: memory-core index --agent main --force"
     finally:
         core.close()
+
+
+def test_a_targeted_sync_reads_only_the_dirty_files(served):
+    s = served(debounce_ms=60_000)  # the watcher marks, but does not sync during the test
+    (s.ws / "memory" / "bad.md").write_bytes(b"\xff\xfe not utf-8 \xff")
+    (s.ws / "memory" / "a.md").write_text("apricot\n")
+    s.start()
+    full = s.core.sync(reason="manual", paths=None)
+    assert [p["path"] for p in full.problems] == ["memory/bad.md"]
+    (s.ws / "memory" / "a.md").write_text("apricot and banana\n")
+    (s.ws / "memory" / "gone.md").write_text("x\n")
+    s.core.sync(reason="manual", paths=["memory/gone.md"])
+    (s.ws / "memory" / "gone.md").unlink()
+    targeted = s.core.sync(reason="manual", paths=["memory/a.md", "memory/gone.md"])
+    assert (targeted.problems, targeted.changed, targeted.removed, targeted.unchanged) == ([], 1, 1, 0)
