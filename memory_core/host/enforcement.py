@@ -431,3 +431,16 @@ class MemoryHost:
         pending = self.audiences.prepare_caller_read(context)
         if pending is not None:
             await race_with_signal(pending, context.signal)
+
+
+def native_owner_v1_refusal(host: MemoryHost) -> str | None:
+    """Upstream §4.1: the v1 ``memory.search`` message for a native slot owner (None for legacy owners).
+
+    memory-core's own gateway answers v1 with the 2026.9.6 shape instead (engine.md D8); hosts that
+    front other native providers use this to refuse v1 before opening anything.
+    """
+    backend = host.backend_config()
+    if host.is_native() and backend is not None and backend.get("backend") == "provider-runtime":
+        return (f'memory plugin "{backend["providerId"]}" uses the provider runtime; '
+                "retry memory.search with version: 2")
+    return None
