@@ -455,7 +455,7 @@ def test_acceptance_25_health_hygiene_and_degradation(near_far: MemoryCoreConfig
 
     run(go())
     # an unreadable store: unavailable, without the error detail
-    Path(MemoryCoreConfig(**{**near_far.model_dump(), "agents": {}}).db_path("main")).write_bytes(b"not sqlite" * 100)
+    Path(near_far.db_path("main")).write_bytes(b"not sqlite" * 100)
 
     async def broken() -> dict:
         lease = await open_lease(MemoryCoreProviderRuntime(near_far))

@@ -27,6 +27,7 @@ import logging
 import math
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -328,6 +329,7 @@ class MemoryCoreProviderRuntime:
         self._clock = clock
         self._cores: dict[str, Any] = {}
         self._engines: dict[str, Any] = {}
+        self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
         from memory_core.generations import CursorPins, GenerationLeases
@@ -345,6 +347,10 @@ class MemoryCoreProviderRuntime:
         return None
 
     def core(self, agent_id: str) -> Any:
+        with self._lock:
+            return self._core_locked(agent_id)
+
+    def _core_locked(self, agent_id: str) -> Any:
         core = self._cores.get(agent_id)
         if core is None:
             cfg = self.agent_config(agent_id)
@@ -358,6 +364,11 @@ class MemoryCoreProviderRuntime:
         return core
 
     def engine(self, agent_id: str) -> Any:
+        """The agent's search engine (creating it may load the embedding model: call it in a thread)."""
+        with self._lock:
+            return self._engine_locked(agent_id)
+
+    def _engine_locked(self, agent_id: str) -> Any:
         engine = self._engines.get(agent_id)
         if engine is None:
             from memory_core.search.engine import SearchEngine
@@ -393,6 +404,10 @@ class MemoryCoreProviderRuntime:
 
     def close_all(self) -> None:
         """``closeAllMemorySearchManagers``: close every engine and core (host shutdown only)."""
+        with self._lock:
+            self._close_all_locked()
+
+    def _close_all_locked(self) -> None:
         self.pins.close()
         for engine in self._engines.values():
             engine.close()
@@ -497,8 +512,10 @@ class MemoryCoreProvider:
         if not sources:
             return MemorySearchPage(hits=[], coverage="complete", warning=" ".join(notes) or None)
 
+        if "sessions" in sources and "sessions" not in cfg.sources:
+            notes.append("memory-core: session transcripts are not indexed for this agent")
         query_vector = await self._embed(query) if not req.lexical_only else None
-        engine = self._runtime.engine(self.agent_id)
+        engine = await self._io(self._runtime.engine, self.agent_id)
         lexical_only = bool(req.lexical_only) or query_vector is None
         details = await self._io(engine.search_with_details, query, max_results=RESULT_WINDOW, min_score=min_score,
                                  sources=sources, lexical_only=lexical_only,
