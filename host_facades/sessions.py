@@ -16,6 +16,7 @@ Documented choices:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -360,6 +361,22 @@ class FlattenedSession:
     generated_by_cron_run: bool = False
 
 
+def _session_hash(pieces: list[str], content: str, line_map: list[int], stamps: list[Any]) -> str:
+    """``hash_text(content + "\n" + lineMap + "\n" + timestamps)`` fed to sha256 piece by piece, so a
+    large transcript is not copied twice more (concatenation + UTF-8 encoding) just to be hashed."""
+    h = hashlib.sha256()
+    try:
+        for i, piece in enumerate(pieces):
+            if i:
+                h.update(b"\n")
+            h.update(piece.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates: let hash_text apply its U+FFFD rule
+        return hash_text(content + "\n" + ",".join(map(str, line_map)) + "\n" + ",".join(map(_js_number, stamps)))
+    h.update(b"\n" + ",".join(map(str, line_map)).encode("ascii"))
+    h.update(b"\n" + ",".join(map(_js_number, stamps)).encode("utf-8"))
+    return h.hexdigest()
+
+
 def flatten_session_lines(
     lines: Iterable[str | bytes],
     *,
@@ -432,9 +449,7 @@ def flatten_session_lines(
         line_map.extend([index + 1] * len(rendered))
         stamps.extend([ts] * len(rendered))
     content = "\n".join(collected)
-    digest = hash_text(
-        content + "\n" + ",".join(map(str, line_map)) + "\n" + ",".join(map(_js_number, stamps))
-    )
+    digest = _session_hash(collected, content, line_map, stamps)
     return FlattenedSession(
         content=content,
         line_map=tuple(line_map),
