@@ -536,6 +536,25 @@ def test_checklist_22_signal_honoured(indexed: MemoryCoreConfig) -> None:
     run(go())
 
 
+def test_checklist_22_abort_during_embedding_rejects_before_store_read(near_far: MemoryCoreConfig) -> None:
+    runtime = MemoryCoreProviderRuntime(near_far)
+    signal = AbortSignal()
+
+    async def go() -> None:
+        raw = (await runtime.open(MemoryProviderOpenParams(agent_id="main",
+                                                           context=Caller(OPERATOR, signal).context))).provider
+        calls = engine_spy(runtime)
+        EMBEDDER.during = lambda: signal.abort("client went away")  # fired from the embedding thread
+        with pytest.raises(Aborted, match="^client went away$"):
+            await raw.search({"query": "alpha"})
+        assert calls == []
+
+    try:
+        run(go())
+    finally:
+        EMBEDDER.during = None
+
+
 # --- checklist 1-7 ---------------------------------------------------------------------------------
 
 def test_checklist_01_runtime_open_returns_provider_or_error(indexed: MemoryCoreConfig) -> None:

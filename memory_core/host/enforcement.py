@@ -93,9 +93,18 @@ async def race_with_signal(awaitable: Awaitable[Any], signal: AbortSignal | None
     loop = asyncio.get_running_loop()
     aborted: asyncio.Future[None] = loop.create_future()
 
-    def on_abort() -> None:
+    def settle() -> None:
         if not aborted.done():
             aborted.set_result(None)
+
+    def on_abort() -> None:  # abort() may be called from any thread
+        try:
+            if asyncio.get_running_loop() is loop:
+                settle()
+                return
+        except RuntimeError:
+            pass
+        loop.call_soon_threadsafe(settle)
 
     task = asyncio.ensure_future(awaitable)
     signal.add_listener(on_abort)

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, ProviderUnavailable
+from memory_core.errors import Aborted, AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, ProviderUnavailable
+from memory_core.host.enforcement import race_with_signal
 from memory_core.provider.types import (
     AutomaticRecall,
     ConversationRecallContext,
@@ -455,7 +456,7 @@ class MemoryCoreProvider:
     async def _io(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Blocking work in a thread, with currency checked right before and right after it."""
         self._check()
-        result = await asyncio.to_thread(fn, *args, **kwargs)
+        result = await race_with_signal(asyncio.to_thread(fn, *args, **kwargs), self._context.signal)
         self._check()
         return result
 
@@ -565,8 +566,8 @@ class MemoryCoreProvider:
                 return None
             from memory_core.embeddings import embed_query
 
-            vector = await asyncio.to_thread(embed_query, provider, query)
-        except (AuthorityNotCurrent, Forbidden):
+            vector = await race_with_signal(asyncio.to_thread(embed_query, provider, query), self._context.signal)
+        except (AuthorityNotCurrent, Forbidden, Aborted):
             raise
         except Exception as exc:  # noqa: BLE001 - any embedding failure: generic error, health degraded
             self._runtime.record_embedding(self.agent_id, ok=False)
@@ -614,7 +615,7 @@ class MemoryCoreProvider:
             details["model"] = str(cfg.model)
         try:
             facts = await self._io(read_store_facts, self._db_path)
-        except (AuthorityNotCurrent, Forbidden):
+        except (AuthorityNotCurrent, Forbidden, Aborted):
             raise
         except Exception as exc:  # noqa: BLE001 - health never carries raw backend errors
             log.warning("memory-core: health could not read the index of agent %s: %s", self.agent_id, exc)
