@@ -370,3 +370,44 @@ def test_reconcile_finds_what_no_watcher_saw(tmp_path, closer):
     (ws / "memory" / "c.md").write_text("three")
     assert sorted(os.path.basename(p) for p in fr.reconcile()) == ["a.md", "b.md", "c.md"]
     assert fr.status()["pendingPaths"] == ["memory/a.md", "memory/b.md", "memory/c.md"]
+
+
+def test_interval_runs_full_syncs(tmp_path, closer):
+    ws, idx, fr = make(tmp_path, watch=False, interval_minutes=0.25 / 60)
+    closer(fr.start())
+    assert wait_for(lambda: len([c for c in idx.calls if c[1] == "interval"]) >= 2, 2)
+    assert all(c[0] is None for c in idx.calls if c[1] == "interval")
+
+
+def test_targeted_syncs_become_full_after_the_reconcile_interval(tmp_path, closer):
+    ws, idx, fr = make(tmp_path, debounce_ms=50, full_reconcile_s=0.6)
+    closer(fr.start())
+    fr.sync_now(None, reason="init")
+    (ws / "memory" / "a.md").write_text("one")
+    assert wait_for(lambda: idx.search("one") == ["memory/a.md"], 2)
+    assert idx.calls[-1][0] == (str(ws / "memory" / "a.md"),)
+    time.sleep(0.7)
+    (ws / "memory" / "a.md").write_text("two")
+    assert wait_for(lambda: idx.search("two") == ["memory/a.md"], 2)
+    assert idx.calls[-1][0] is None  # 15-minute rule (shortened here): a full enumeration that also prunes
+
+
+def test_extra_paths_are_watched(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    single = tmp_path / "single.md"
+    single.write_text("x")
+    seen: list = []
+    w = MemoryWatcher(WatchTargets.build(str(ws), [str(notes), {"path": str(single)}]), seen.extend)
+    w.start()
+    try:
+        (notes / "sub" / "n.md").write_text("n")
+        single.write_text("changed")
+        (tmp_path / "other.md").write_text("not watched")
+        assert wait_for(lambda: {e.path for e in seen} >= {str(notes / "sub" / "n.md"), str(single)})
+        time.sleep(0.2)
+        assert {e.path for e in seen} == {str(notes / "sub" / "n.md"), str(single)}
+    finally:
+        w.stop()
