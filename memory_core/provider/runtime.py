@@ -33,7 +33,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memory_core.errors import Aborted, AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, ProviderUnavailable
+from memory_core.errors import (
+    Aborted,
+    AuthorityNotCurrent,
+    CursorExpired,
+    Forbidden,
+    InvalidRequest,
+    MemoryCoreError,
+    ProviderUnavailable,
+)
 from memory_core.host.enforcement import race_with_signal
 from memory_core.provider.types import (
     AutomaticRecall,
@@ -287,7 +295,11 @@ def read_store_facts(db_path: str) -> dict[str, Any] | None:
 
 
 class CursorCodec:
-    """Opaque, signed cursors: ``base64url(json{t: pin token, o: offset, q: search hash}).mac``."""
+    """Opaque, signed cursors: ``base64url(json{t: pin, r: revision, o: offset, q: search hash}).mac``.
+
+    The pin (see :class:`memory_core.generations.CursorPins`) holds the ranked result list of one
+    index generation for the cursor TTL; the revision is rechecked against it on every page.
+    """
 
     def __init__(self, secret: bytes | None = None) -> None:
         self._secret = secret or secrets.token_bytes(32)
@@ -296,18 +308,18 @@ class CursorCodec:
         return base64.urlsafe_b64encode(hmac.new(self._secret, payload.encode(), hashlib.sha256).digest()[:16]
                                         ).decode().rstrip("=")
 
-    def encode(self, token: str, offset: int, search_hash: str) -> str:
-        payload = base64.urlsafe_b64encode(json.dumps({"t": token, "o": offset, "q": search_hash},
+    def encode(self, token: str, offset: int, search_hash: str, revision: int) -> str:
+        payload = base64.urlsafe_b64encode(json.dumps({"t": token, "r": revision, "o": offset, "q": search_hash},
                                                       separators=(",", ":")).encode()).decode().rstrip("=")
         return f"{payload}.{self._mac(payload)}"
 
-    def decode(self, cursor: str) -> tuple[str, int, str]:
+    def decode(self, cursor: str) -> tuple[str, int, str, int]:
         try:
             payload, mac = cursor.rsplit(".", 1)
             if not hmac.compare_digest(mac, self._mac(payload)):
                 raise ValueError("bad mac")
             data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-            return str(data["t"]), int(data["o"]), str(data["q"])
+            return str(data["t"]), int(data["o"]), str(data["q"]), int(data["r"])
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidRequest("memory-core: the cursor is not a valid memory-core cursor; "
                                  "run the search again without a cursor") from exc
@@ -537,21 +549,24 @@ class MemoryCoreProvider:
         next_cursor = None
         if rest:
             db_id = _db_identity(self._db_path)
-            token = self._runtime.pins.pin(db_id, int(details.revision or 0),
-                                           {"hits": hits, "coverage": coverage, "warning": warning})
-            next_cursor = self._runtime.codec.encode(token, max_results, search_hash)
+            revision = int(details.revision or 0)
+            token = self._runtime.pins.pin(db_id, revision, {"hits": hits, "coverage": coverage, "warning": warning})
+            next_cursor = self._runtime.codec.encode(token, max_results, search_hash, revision)
         return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=coverage, warning=warning)
 
     def _next_page(self, cursor: str, search_hash: str, max_results: int) -> MemorySearchPage:
-        token, offset, cursor_hash = self._runtime.codec.decode(cursor)
+        token, offset, cursor_hash, cursor_revision = self._runtime.codec.decode(cursor)
         if cursor_hash != search_hash:
             raise InvalidRequest("memory-core: the cursor belongs to a different search (query, sources, filters "
                                  "or caller changed); run the search again without a cursor")
-        _db_id, _revision, state = self._runtime.pins.get(token)   # CursorExpired after the TTL
+        _db_id, revision, state = self._runtime.pins.get(token)   # CursorExpired after the TTL
+        if revision != cursor_revision:
+            raise CursorExpired("memory-core: the cursor's index generation is no longer pinned; "
+                                "run the search again without a cursor")
         hits = state["hits"]
         page = hits[offset:offset + max_results]
         nxt = offset + max_results
-        next_cursor = self._runtime.codec.encode(token, nxt, search_hash) if nxt < len(hits) else None
+        next_cursor = self._runtime.codec.encode(token, nxt, search_hash, revision) if nxt < len(hits) else None
         return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=state["coverage"],
                                 warning=state["warning"])
 
