@@ -90,6 +90,14 @@ def _rename(src: str, dst: str, attempts: int = 6) -> None:
             time.sleep(0.025 * attempt)
 
 
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def remove_db_files(path: str) -> None:
     """Delete a database file and its sidecars (missing files are fine)."""
     for suffix in ("", *_SIDECARS):
@@ -123,6 +131,8 @@ def swap_into_place(temp_path: str, db_path: str) -> None:
                 _rename(db_path + suffix, backup + suffix)
                 moved.append((db_path + suffix, backup + suffix))
         _rename(temp_path, db_path)
+        with contextlib.suppress(OSError):
+            _fsync_path(os.path.dirname(db_path) or ".")
     except BaseException:
         for original, aside in reversed(moved):
             with contextlib.suppress(OSError):
@@ -157,15 +167,16 @@ def atomic_reindex(
         writer: IndexWriter | None = None
         live_closed = False
         try:
-            writer = IndexWriter(temp, **(writer_options or {}))
+            writer = IndexWriter(temp, **{**(writer_options or {}), "durable": False})
             writer.seed_from(db_path)
             result = build(writer)
             writer.prune_cache()
-            integrity = writer.integrity_check()
+            integrity = writer.integrity_check(quick=True)
             if integrity != "ok":
-                raise RuntimeError(f"rebuilt index failed integrity_check: {integrity}")
+                raise RuntimeError(f"rebuilt index failed quick_check: {integrity}")
             writer.close(checkpoint=True)
             writer = None
+            _fsync_path(temp)  # built with synchronous=OFF: make it durable before it becomes live
             if before_swap is not None:
                 live_closed = True
                 before_swap()

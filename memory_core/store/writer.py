@@ -7,10 +7,11 @@ tombstones, index meta, and the embedding cache (it implements ``EmbeddingCacheS
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apsw
@@ -46,6 +47,7 @@ class IndexWriter:
         extension_path: str | None = None,
         cache_enabled: bool = True,
         cache_max_entries: int | None = None,
+        durable: bool = True,
     ) -> None:
         self.db_path = os.path.abspath(db_path)
         self.fts_tokenizer = fts_tokenizer
@@ -53,6 +55,8 @@ class IndexWriter:
         self.extension_path = extension_path
         self.cache_enabled = cache_enabled
         self.cache_max_entries = cache_max_entries
+        self.durable = durable
+        self._bulk: list[int] | None = None
         self.vector_available = False
         self.vector_version: str | None = None
         self.vector_error: str | None = None
@@ -69,6 +73,8 @@ class IndexWriter:
             os.makedirs(parent, exist_ok=True)
         conn = apsw.Connection(self.db_path)
         schema.configure_connection(conn)
+        if not self.durable:  # a throw-away build file: fsynced once before it is swapped in
+            conn.execute("PRAGMA synchronous=OFF")
         schema.migrate(conn)
         self.fts_available, self.fts_error = schema.ensure_fts(conn, self.fts_tokenizer)
         if self.vector_enabled:
@@ -114,6 +120,35 @@ class IndexWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextlib.contextmanager
+    def bulk(self, every: int = 500) -> Iterator[None]:
+        """Group many per-source replaces into fewer commits (used while building a temp database).
+
+        Each ``replace_source`` still runs in its own savepoint, so a failing source rolls back
+        alone; the outer transaction commits every ``every`` sources and at the end.
+        """
+        conn = self._c()
+        conn.execute("BEGIN")
+        self._bulk = [0, max(1, every)]
+        try:
+            yield
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(apsw.Error):
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._bulk = None
+
+    def _after_source_write(self) -> None:
+        if self._bulk is None or self.conn is None:
+            return
+        self._bulk[0] += 1
+        if self._bulk[0] >= self._bulk[1]:
+            self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN")
+            self._bulk[0] = 0
 
     # ------------------------------------------------------------------ facts
     @property
@@ -289,6 +324,7 @@ class IndexWriter:
                 " size = excluded.size",
                 (path, source, entry.hash, float(entry.mtime_ms), int(entry.size)),
             )
+        self._after_source_write()
         return "published"
 
     def _delete_rows(self, conn: apsw.Connection, path: str, source: str) -> int:
@@ -464,5 +500,6 @@ class IndexWriter:
             src.close()
         return copied
 
-    def integrity_check(self) -> str:
-        return str(self._c().execute("PRAGMA integrity_check").fetchone()[0])
+    def integrity_check(self, *, quick: bool = False) -> str:
+        pragma = "quick_check" if quick else "integrity_check"
+        return str(self._c().execute(f"PRAGMA {pragma}").fetchone()[0])
