@@ -1,0 +1,326 @@
+"""Retrieval quality benchmark (``memory-core bench quality``): WordNet usage examples as queries.
+
+Data: Debian's ``wordnet-base`` (``/usr/share/wordnet/data.{noun,verb,adj,adv}``), installed offline
+with ``apt-get install wordnet-base``. Each synset is one memory entry: its lemma words and its
+gloss definition, with the usage examples removed. A sampled synset's first usage example is a
+query whose one relevant entry is that synset; hard negatives are the other senses (synsets) of
+the same lemma words; random synsets fill the corpus. Seed 0. ``--ci``: 100 queries / 1k entries;
+default: 1,000 queries / 10k entries.
+
+Systems, all in one run on the same data: memory-core keyword-only (with and without the
+OR-probe fix), vector-only, weighted hybrid, RRF hybrid (all through ``SearchEngine`` on a real
+index written by ``IndexWriter``), and the baselines ``bm25s``, faiss exact inner product over the
+same embeddings, and RRF(bm25s, faiss). Metrics: nDCG@10, Recall@10, MRR@10. Rankings are taken
+with ``min_score = 0`` and ``max_results = 10`` so selection thresholds do not truncate them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+WORDNET_DIR = "/usr/share/wordnet"
+POS_FILES = {"n": "data.noun", "v": "data.verb", "a": "data.adj", "r": "data.adv"}
+K = 10
+
+
+@dataclass(frozen=True)
+class Synset:
+    key: str
+    lemmas: tuple[str, ...]
+    definition: str
+    examples: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        words = ", ".join(lemma.replace("_", " ") for lemma in self.lemmas)
+        return f"{words}: {self.definition}"
+
+
+_EXAMPLE_RE = re.compile(r'"([^"]+)"')
+
+
+def parse_wordnet(root: str = WORDNET_DIR) -> list[Synset]:
+    """Every synset of the four data files (gloss split into definition and quoted examples)."""
+    out: list[Synset] = []
+    for pos, name in POS_FILES.items():
+        path = os.path.join(root, name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} is missing; install it with `apt-get install wordnet-base`")
+        with open(path, encoding="latin-1") as fh:
+            for line in fh:
+                if line.startswith("  ") or "|" not in line:
+                    continue
+                head, gloss = line.split("|", 1)
+                fields = head.split()
+                w_cnt = int(fields[3], 16)
+                lemmas = tuple(re.sub(r"\(.*\)$", "", fields[4 + 2 * i]).lower() for i in range(w_cnt))
+                examples = tuple(e.strip() for e in _EXAMPLE_RE.findall(gloss) if len(e.split()) >= 3)
+                definition = _EXAMPLE_RE.sub("", gloss).strip().strip(";").strip()
+                definition = re.sub(r"(;\s*)+$", "", re.sub(r"\s*;\s*(;\s*)+", "; ", definition)).strip()
+                out.append(Synset(f"{pos}{fields[0]}", lemmas, definition, examples))
+    return out
+
+
+def build_dataset(n_queries: int, n_docs: int, seed: int = 0, root: str = WORDNET_DIR):
+    """``(docs [(key, text)], queries [(text, relevant_key)])``, deterministic for a seed."""
+    synsets = parse_wordnet(root)
+    rng = random.Random(seed)
+    by_lemma: dict[str, list[Synset]] = {}
+    for s in synsets:
+        for lemma in s.lemmas:
+            by_lemma.setdefault(lemma, []).append(s)
+    with_examples = [s for s in synsets if s.examples and any(len(by_lemma[l]) > 1 for l in s.lemmas)]
+    rng.shuffle(with_examples)
+    chosen = with_examples[:n_queries]
+    docs: dict[str, Synset] = {s.key: s for s in chosen}
+    # hard negatives: the other senses of the query synsets' words, up to half the corpus
+    budget = max(n_docs // 2, n_queries)
+    for s in chosen:
+        for lemma in s.lemmas:
+            for other in by_lemma[lemma]:
+                if len(docs) >= budget:
+                    break
+                docs.setdefault(other.key, other)
+    pool = [s for s in synsets if s.key not in docs]
+    rng.shuffle(pool)
+    for s in pool[: max(0, n_docs - len(docs))]:
+        docs[s.key] = s
+    queries = [(s.examples[0], s.key) for s in chosen]
+    ordered = sorted(docs.values(), key=lambda s: s.key)
+    return [(s.key, s.text) for s in ordered], queries
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def metrics(rankings: Sequence[Sequence[str]], relevant: Sequence[str], k: int = K) -> dict[str, float]:
+    ndcg = recall = mrr = 0.0
+    for ranked, rel in zip(rankings, relevant):
+        top = list(ranked)[:k]
+        if rel in top:
+            r = top.index(rel) + 1
+            ndcg += 1.0 / math.log2(r + 1)
+            recall += 1.0
+            mrr += 1.0 / r
+    n = max(1, len(relevant))
+    return {"ndcg@10": ndcg / n, "recall@10": recall / n, "mrr@10": mrr / n}
+
+
+def rrf(lists: Sequence[Sequence[str]], k: int = 60, top: int = K) -> list[str]:
+    scores: dict[str, float] = {}
+    for lst in lists:
+        for rank, key in enumerate(lst, start=1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    return [key for key, _ in sorted(scores.items(), key=lambda t: (-t[1], t[0]))][:top]
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings (local MiniLM via memory_core.embeddings), cached on disk by text hash
+# ---------------------------------------------------------------------------------------------
+
+
+def cache_dir() -> str:
+    base = os.environ.get("MEMORY_CORE_BENCH_CACHE") or os.path.join(
+        os.path.expanduser(os.environ.get("MEMORY_CORE_HOME", "~/.memory-core")), "bench-cache")
+    os.makedirs(base, exist_ok=True)
+    return base
+
+
+def embed_all(texts: Sequence[str], provider: Any, label: str) -> np.ndarray:
+    digest = hashlib.sha256(("\x00".join(texts) + provider.model).encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(), f"{label}-{digest}.npy")
+    if os.path.exists(path):
+        return np.load(path)
+    from memory_core.embeddings.batching import embed_texts
+
+    vecs = np.asarray(embed_texts(provider, list(texts)), dtype=np.float32)
+    np.save(path, vecs)
+    return vecs
+
+
+def local_provider() -> Any:
+    from memory_core.config import MemoryCoreConfig
+    from memory_core.embeddings import create_embedding_provider
+
+    return create_embedding_provider(MemoryCoreConfig(provider="local"))
+
+
+# ---------------------------------------------------------------------------------------------
+# memory-core index + systems
+# ---------------------------------------------------------------------------------------------
+
+
+def doc_path(key: str) -> str:
+    return f"memory/wordnet/{key}.md"
+
+
+def build_index(db_path: str, docs: Sequence[tuple[str, str]], vectors: np.ndarray | None, model: str) -> None:
+    """Write one source per entry through the real single writer."""
+    from host_facades.engine_indexing import hash_text
+    from memory_core.store.writer import IndexWriter
+
+    writer = IndexWriter(db_path, vector_enabled=vectors is not None)
+    try:
+        for i, (key, text) in enumerate(docs):
+            h = hash_text(text)
+            entry = SimpleNamespace(path=doc_path(key), source="memory", hash=h, mtime_ms=0.0, size=len(text))
+            chunk = SimpleNamespace(start_line=1, end_line=1, text=text, hash=h)
+            emb = vectors[i : i + 1] if vectors is not None else None
+            writer.replace_source(entry, [chunk], emb, model if vectors is not None else "fts-only")
+    finally:
+        writer.close()
+
+
+def key_of(path: str) -> str:
+    return path.rsplit("/", 1)[-1][:-3]
+
+
+def run_engine(engine: Any, queries: Sequence[str], qvecs: np.ndarray | None, **kw: Any) -> tuple[list[list[str]], list[float]]:
+    out, lat = [], []
+    for i, q in enumerate(queries):
+        t = time.perf_counter()
+        hits = engine.search(q, max_results=K, min_score=0.0, query_vector=None if qvecs is None else qvecs[i], **kw)
+        lat.append((time.perf_counter() - t) * 1000)
+        out.append([key_of(h.path) for h in hits])
+    return out, lat
+
+
+class _ModelOnly:
+    """The provider identity the engine needs when query vectors are precomputed."""
+
+    def __init__(self, model: str, dims: int) -> None:
+        self.id, self.model, self.dims, self.provider_key = "local", model, dims, ""
+
+    def embed_batch(self, texts):  # pragma: no cover - vectors are always passed in
+        raise RuntimeError("query vectors are precomputed in the benchmark")
+
+
+def evaluate(n_queries: int, n_docs: int, *, seed: int = 0, workdir: str | None = None,
+             with_vectors: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+    from memory_core.config import MemoryCoreConfig
+    from memory_core.search.engine import SearchEngine
+
+    t0 = time.perf_counter()
+    docs, queries = build_dataset(n_queries, n_docs, seed)
+    qtexts = [q for q, _ in queries]
+    relevant = [r for _, r in queries]
+    log(f"wordnet: {len(docs)} entries, {len(queries)} queries (seed {seed}), built in {time.perf_counter() - t0:.1f}s")
+    dvecs = qvecs = None
+    model = "fts-only"
+    if with_vectors:
+        provider = local_provider()
+        model = provider.model
+        t1 = time.perf_counter()
+        dvecs = embed_all([t for _, t in docs], provider, "docs")
+        qvecs = embed_all(qtexts, provider, "queries")
+        log(f"embeddings ({provider.model}): {time.perf_counter() - t1:.1f}s")
+    tmp = tempfile.mkdtemp(prefix="mc-bench-quality-", dir=workdir)
+    db = os.path.join(tmp, "wordnet.sqlite")
+    t2 = time.perf_counter()
+    build_index(db, docs, dvecs, model)
+    log(f"index: {time.perf_counter() - t2:.1f}s")
+    results: dict[str, dict[str, float]] = {}
+    lists: dict[str, list[list[str]]] = {}
+
+    def record(name: str, ranked: list[list[str]], lat: list[float] | None = None) -> None:
+        m = metrics(ranked, relevant)
+        if lat:
+            m["p50_ms"] = float(np.percentile(lat, 50))
+        results[name] = m
+        lists[name] = ranked
+        log(f"  {name:<34} nDCG@10 {m['ndcg@10']:.4f}  R@10 {m['recall@10']:.4f}  MRR@10 {m['mrr@10']:.4f}")
+
+    base = MemoryCoreConfig(state_dir=tmp)
+    eng = SearchEngine(base, db, None)
+    record("memory-core keyword-only", *run_engine(eng, qtexts, None))
+    eng.or_fallback = False
+    record("memory-core keyword (upstream probes)", *run_engine(eng, qtexts, None))
+    eng.close()
+
+    import bm25s
+
+    corpus_tokens = bm25s.tokenize([t for _, t in docs], stopwords="en", show_progress=False)
+    retriever = bm25s.BM25()
+    retriever.index(corpus_tokens, show_progress=False)
+    idx, _ = retriever.retrieve(bm25s.tokenize(qtexts, stopwords="en", show_progress=False), k=100,
+                                show_progress=False)
+    bm25_lists = [[docs[int(i)][0] for i in row] for row in idx]
+    record("baseline bm25s", [r[:K] for r in bm25_lists])
+
+    if with_vectors:
+        import faiss
+
+        index = faiss.IndexFlatIP(dvecs.shape[1])
+        index.add(np.ascontiguousarray(dvecs))
+        _, fidx = index.search(np.ascontiguousarray(qvecs), 100)
+        faiss_lists = [[docs[int(i)][0] for i in row if i >= 0] for row in fidx]
+        record("baseline faiss exact", [r[:K] for r in faiss_lists])
+        record("baseline RRF(bm25s, faiss)", [rrf([a, b]) for a, b in zip(bm25_lists, faiss_lists)])
+        prov = _ModelOnly(model, dvecs.shape[1])
+        for name, overrides in (
+            ("memory-core vector-only", {"query": {"hybrid": {"enabled": False}}}),
+            ("memory-core hybrid weighted", {}),
+            ("memory-core hybrid RRF", {"query": {"hybrid": {"fusion": "rrf"}}}),
+        ):
+            cfg = MemoryCoreConfig(state_dir=tmp, provider="local", **overrides)
+            eng = SearchEngine(cfg, db, prov)
+            record(name, *run_engine(eng, qtexts, qvecs))
+            eng.close()
+    summary = {"dataset": {"entries": len(docs), "queries": len(queries), "seed": seed}, "results": results}
+    if with_vectors:
+        best_single = max(results["baseline bm25s"]["ndcg@10"], results["baseline faiss exact"]["ndcg@10"])
+        hybrid = max(results["memory-core hybrid weighted"]["ndcg@10"], results["memory-core hybrid RRF"]["ndcg@10"])
+        summary["targets"] = {
+            "hybrid >= baseline RRF": hybrid >= results["baseline RRF(bm25s, faiss)"]["ndcg@10"],
+            "hybrid >= best single baseline + 0.06": hybrid >= best_single + 0.06,
+            "keyword-only >= bm25s - 0.01":
+                results["memory-core keyword-only"]["ndcg@10"] >= results["baseline bm25s"]["ndcg@10"] - 0.01,
+        }
+        log("targets: " + json.dumps(summary["targets"]))
+    return summary
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ci", action="store_true", help="small run: 100 queries over 1k entries")
+    p.add_argument("--queries", type=int, default=None)
+    p.add_argument("--docs", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-vectors", action="store_true", help="keyword systems only (no local model)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    nq = args.queries or (100 if args.ci else 1000)
+    nd = args.docs or (1000 if args.ci else 10_000)
+    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    summary = evaluate(nq, nd, seed=args.seed, with_vectors=not args.no_vectors, log=log)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench_quality", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
