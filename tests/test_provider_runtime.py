@@ -846,3 +846,39 @@ def test_provider_conversation_audience_denied_for_get(indexed: MemoryCoreConfig
             await lease.get({"reference": {"providerId": PID, "id": "0" * 64}})
 
     run(go())
+
+
+def test_provider_before_first_index(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = MemoryCoreConfig(workspace=str(ws), state_dir=str(tmp_path / "state"))
+
+    async def go() -> tuple[dict, dict, dict]:
+        lease = await open_lease(MemoryCoreProviderRuntime(cfg))
+        return ((await lease.health()).to_json(), (await lease.search({"query": "anything"})).to_json(),
+                (await lease.get({"reference": {"providerId": PID, "id": "0" * 64}})).to_json())
+
+    health, page, got = run(go())
+    assert health == {"status": "degraded", "message": "The memory index has not been built yet. Run `memory-core "
+                      "index`.", "details": {"backend": "memory-core", "provider": "none", "sources": ["memory"]}}
+    assert page == {"hits": [], "coverage": "complete"} and got == {"status": "not_found"}
+
+
+def test_provider_reader_reopens_after_atomic_reindex(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("- kiwi one\n")
+    cfg = MemoryCoreConfig(workspace=str(ws), state_dir=str(tmp_path / "state"))
+    MemoryCore(config=cfg).index()
+    runtime = MemoryCoreProviderRuntime(cfg)
+
+    async def go() -> tuple[list[str], list[str]]:
+        lease = await open_lease(runtime)
+        before = excerpts(await lease.search({"query": "kiwi", "minScore": 0}))
+        (ws / "MEMORY.md").write_text("- kiwi two\n")
+        core = MemoryCore(config=cfg)
+        core.index(force=True)  # builds a new file and swaps it in
+        core.close()
+        return before, excerpts(await lease.search({"query": "kiwi", "minScore": 0}))
+
+    assert run(go()) == (["- kiwi one"], ["- kiwi two"])

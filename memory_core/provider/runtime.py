@@ -25,6 +25,7 @@ import hmac
 import json
 import logging
 import math
+import os
 import re
 import secrets
 import threading
@@ -231,63 +232,86 @@ def slice_lines(text: str, from_: int | None, lines: int | None) -> dict[str, An
 # --- store reads (run in a thread) ----------------------------------------------------------
 
 
-def _open(db_path: str) -> Any:
-    from host_facades.engine_knn import open_readonly
+class CachedReader:
+    """One read-only connection per agent database, reopened when the file is swapped (reindex).
 
-    return open_readonly(db_path, load_vec=False)
+    apsw connections must not be used by two threads at once, so every use holds the lock; the
+    reads here are point lookups, so the lock is held briefly.
+    """
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+        self._conn: Any = None
+        self._ident: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(conn)``; FileNotFoundError when the index was never built."""
+        with self._lock:
+            try:
+                st = os.stat(self.db_path)
+            except FileNotFoundError:
+                self._close_locked()
+                raise
+            ident = (st.st_dev, st.st_ino)
+            if self._conn is None or ident != self._ident:
+                self._close_locked()
+                from host_facades.engine_knn import open_readonly
+
+                self._conn = open_readonly(self.db_path, load_vec=False)
+                self._ident = ident
+            try:
+                return fn(self._conn)
+            except Exception:
+                self._close_locked()  # a broken handle is never reused
+                raise
+
+    def _close_locked(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+                self._ident = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
 
 
-def read_chunk_rows(db_path: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+_ROW_KEYS = ("id", "path", "source", "start_line", "end_line", "hash", "text", "importance", "triggers",
+             "project_key", "origin_class")
+_ROW_SQL = ("SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.text, r.importance, r.triggers,"
+            " r.project_key, p.origin_class FROM memory_index_chunks c"
+            " {join} JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
+            " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id")
+
+
+def read_chunk_rows(conn: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
     if not ids:
         return {}
-    conn = _open(db_path)
-    try:
-        rows = conn.execute(
-            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.text, r.importance, r.triggers,"
-            " r.project_key, p.origin_class FROM memory_index_chunks c"
-            " LEFT JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
-            " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
-            f" WHERE c.id IN ({','.join('?' * len(ids))})", ids).fetchall()
-    finally:
-        conn.close()
-    keys = ("id", "path", "source", "start_line", "end_line", "hash", "text", "importance", "triggers",
-            "project_key", "origin_class")
-    return {r[0]: dict(zip(keys, r, strict=True)) for r in rows}
+    rows = conn.execute(_ROW_SQL.format(join="LEFT") + f" WHERE c.id IN ({','.join('?' * len(ids))})",
+                        ids).fetchall()
+    return {r[0]: dict(zip(_ROW_KEYS, r, strict=True)) for r in rows}
 
 
-def read_candidate_rows(db_path: str, kind: str) -> list[dict[str, Any]]:
+def read_candidate_rows(conn: Any, kind: str) -> list[dict[str, Any]]:
     column = "r.triggers" if kind == "trigger" else "r.project_key"
-    conn = _open(db_path)
+    rows = conn.execute(_ROW_SQL.format(join="") + f" WHERE c.source = 'memory' AND {column} IS NOT NULL"
+                        f" AND trim({column}) NOT IN ('', '[]') ORDER BY coalesce(r.importance, 0) DESC, c.id"
+                        ).fetchall()
+    return [dict(zip(_ROW_KEYS, r, strict=True)) for r in rows]
+
+
+def read_store_facts(conn: Any) -> dict[str, Any]:
+    """Counts and revision, read in one transaction."""
+    conn.execute("BEGIN")
     try:
-        rows = conn.execute(
-            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.text, r.importance, r.triggers,"
-            " r.project_key, p.origin_class FROM memory_index_chunks c"
-            " JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
-            " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
-            f" WHERE c.source = 'memory' AND {column} IS NOT NULL AND trim({column}) NOT IN ('', '[]')"
-            " ORDER BY coalesce(r.importance, 0) DESC, c.id").fetchall()
-    finally:
-        conn.close()
-    keys = ("id", "path", "source", "start_line", "end_line", "hash", "text", "importance", "triggers",
-            "project_key", "origin_class")
-    return [dict(zip(keys, r, strict=True)) for r in rows]
-
-
-def read_store_facts(db_path: str) -> dict[str, Any] | None:
-    """Counts and revision, or None when the index was never built."""
-    import os
-
-    if not os.path.exists(db_path):
-        return None
-    conn = _open(db_path)
-    try:
-        conn.execute("BEGIN")
         files = int(conn.execute("SELECT count(*) FROM memory_index_sources").fetchone()[0])
         chunks = int(conn.execute("SELECT count(*) FROM memory_index_chunks").fetchone()[0])
         row = conn.execute("SELECT revision FROM memory_index_state WHERE id = 1").fetchone()
-        conn.execute("COMMIT")
     finally:
-        conn.close()
+        conn.execute("COMMIT")
     return {"files": files, "chunks": chunks, "revision": int(row[0]) if row else 0}
 
 
@@ -342,6 +366,7 @@ class MemoryCoreProviderRuntime:
         self._clock = clock
         self._cores: dict[str, Any] = {}
         self._engines: dict[str, Any] = {}
+        self._readers: dict[str, CachedReader] = {}
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
@@ -392,6 +417,13 @@ class MemoryCoreProviderRuntime:
             self._engines[agent_id] = engine
         return engine
 
+    def reader(self, agent_id: str) -> CachedReader:
+        with self._lock:
+            reader = self._readers.get(agent_id)
+            if reader is None:
+                reader = self._readers[agent_id] = CachedReader(self._core_locked(agent_id).db_path)
+            return reader
+
     def record_embedding(self, agent_id: str, ok: bool) -> None:
         if ok:
             self._embedding_failures.pop(agent_id, None)
@@ -422,6 +454,9 @@ class MemoryCoreProviderRuntime:
 
     def _close_all_locked(self) -> None:
         self.pins.close()
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
         for engine in self._engines.values():
             engine.close()
         for core in self._cores.values():
@@ -471,6 +506,11 @@ class MemoryCoreProvider:
         result = await race_with_signal(asyncio.to_thread(fn, *args, **kwargs), self._context.signal)
         self._check()
         return result
+
+    async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A store read on the agent's cached read-only connection (in a thread, currency checked)."""
+        reader = self._runtime.reader(self.agent_id)
+        return await self._io(reader.run, lambda conn: fn(conn, *args))
 
     @property
     def _cfg(self) -> Any:
@@ -534,7 +574,7 @@ class MemoryCoreProvider:
                                  sources=sources, lexical_only=lexical_only,
                                  active_project_keys=req.active_project_keys or None, query_vector=query_vector)
         raw = details.hits
-        rows = await self._io(read_chunk_rows, self._db_path, [h.id for h in raw])
+        rows = await self._read(read_chunk_rows, [h.id for h in raw]) if raw else {}
         hits = []
         for h in raw:
             row = rows.get(h.id)
@@ -605,7 +645,7 @@ class MemoryCoreProvider:
         if ref.provider_id != PROVIDER_ID or not _CHUNK_ID.match(ref.id):
             return MemoryGetNotFound()
         try:
-            rows = await self._io(read_chunk_rows, self._db_path, [ref.id])
+            rows = await self._read(read_chunk_rows, [ref.id])
         except FileNotFoundError:
             return MemoryGetNotFound()
         row = rows.get(ref.id)
@@ -629,14 +669,14 @@ class MemoryCoreProvider:
         if cfg.model:
             details["model"] = str(cfg.model)
         try:
-            facts = await self._io(read_store_facts, self._db_path)
+            facts = await self._read(read_store_facts)
         except (AuthorityNotCurrent, Forbidden, Aborted):
             raise
+        except FileNotFoundError:
+            return MemoryHealth(status="degraded", message=NOT_INDEXED, details=details)
         except Exception as exc:  # noqa: BLE001 - health never carries raw backend errors
             log.warning("memory-core: health could not read the index of agent %s: %s", self.agent_id, exc)
             return MemoryHealth(status="unavailable", message=UNAVAILABLE_STORE, details=details)
-        if facts is None:
-            return MemoryHealth(status="degraded", message=NOT_INDEXED, details=details)
         if not self._grant.denial:
             details.update(facts)
         failed_at = self._runtime.embedding_failure(self.agent_id)
@@ -660,7 +700,7 @@ class MemoryCoreProvider:
             return MemorySearchPage(hits=[], coverage="complete")
         limit = DEFAULT_CANDIDATES if req.limit is None else max(1, min(MAX_CANDIDATES, int(req.limit)))
         try:
-            rows = await self._io(read_candidate_rows, self._db_path, req.kind)
+            rows = await self._read(read_candidate_rows, req.kind)
         except FileNotFoundError:
             return MemorySearchPage(hits=[], coverage="complete")
         hits = []
