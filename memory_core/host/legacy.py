@@ -7,6 +7,13 @@ pagination, project filter, no candidates), manager receivers kept, virtual path
 ``read_file`` as the read-authorization boundary, host paths redacted from health, and only
 transient (``cli``/``status``) managers closed by a lease. Session-source hits pass only through the
 runtime's ``authorize_search_hits``; without that hook every session hit is withheld (fail closed).
+
+Python shape of the legacy contract (upstream camelCase methods, snake_case here; sync or async):
+``runtime.get_memory_search_manager(cfg=, agent_id=, purpose=) -> {"manager", "error"?}``,
+``runtime.authorize_search_hits(cfg=, agent_id=, requester_session_key=, sandboxed=, hits=,
+trusted_agent_scope=, conversation_recall=)``; ``manager.search(query, opts) -> [MemorySearchResult
+dicts]``, ``manager.read_file(rel_path=, from_=, lines=)``, ``manager.status() -> dict``, optional
+``manager.sync(reason=)`` and ``manager.close()``.
 """
 
 from __future__ import annotations

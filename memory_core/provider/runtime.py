@@ -79,7 +79,8 @@ RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
 MIN_HOST_VERSION = "2026.10.0"
 PLUGIN_MANIFEST = {"id": "memory-core", "kind": "memory", "providerRuntime": True, "minHostVersion": MIN_HOST_VERSION}
 MAX_PROVIDER_RESULTS = 50
-RESULT_WINDOW = 200          # hits ranked once per search and paged through with cursors
+RESULT_WINDOW = 200          # at most this many hits are ranked once per search and paged with cursors
+WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
 DEFAULT_CANDIDATES = 48
 MAX_CANDIDATES = 200
 INVALID_PROJECT_KEY = "!invalid-project-annotation"
@@ -570,7 +571,8 @@ class MemoryCoreProvider:
         query_vector = await self._embed(query) if not req.lexical_only else None
         engine = await self._io(self._runtime.engine, self.agent_id)
         lexical_only = bool(req.lexical_only) or query_vector is None
-        details = await self._io(engine.search_with_details, query, max_results=RESULT_WINDOW, min_score=min_score,
+        window = min(RESULT_WINDOW, max(max_results * WINDOW_PAGES, 24))
+        details = await self._io(engine.search_with_details, query, max_results=window, min_score=min_score,
                                  sources=sources, lexical_only=lexical_only,
                                  active_project_keys=req.active_project_keys or None, query_vector=query_vector)
         raw = details.hits
@@ -583,7 +585,7 @@ class MemoryCoreProvider:
             if not project_admits(h.project_key, req.active_project_keys):
                 continue
             hits.append(self._to_hit(row, h.score, h.snippet, h.provenance))
-        coverage = "partial" if len(raw) >= RESULT_WINDOW else "complete"
+        coverage = "partial" if len(raw) >= window else "complete"
         warning = " ".join(notes) or None
         page, rest = hits[:max_results], hits[max_results:]
         next_cursor = None
