@@ -882,3 +882,21 @@ def test_provider_reader_reopens_after_atomic_reindex(tmp_path: Path) -> None:
         return before, excerpts(await lease.search({"query": "kiwi", "minScore": 0}))
 
     assert run(go()) == (["- kiwi one"], ["- kiwi two"])
+
+
+def test_provider_concurrent_leases_share_one_runtime(indexed: MemoryCoreConfig) -> None:
+    runtime = MemoryCoreProviderRuntime(indexed)
+
+    async def one(i: int) -> list[str]:
+        lease = await open_lease(runtime, agent="main" if i % 2 == 0 else "other")
+        try:
+            return excerpts(await lease.search({"query": "tomatoes", "minScore": 0, "sources": ["memory"]}))
+        finally:
+            await lease.close()
+
+    async def go() -> list[list[str]]:
+        return list(await asyncio.gather(*(one(i) for i in range(16))))
+
+    results = run(go())
+    assert all(r == results[0] for r in results[0::2]) and all(r == results[1] for r in results[1::2])
+    assert results[1] == ["- other agent secret about tomatoes"] and "- gardening tips for tomatoes" in results[0]
