@@ -221,11 +221,26 @@ def _utf16_cut(line: str, start: int, max_units: int) -> int:
     return i
 
 
+def _iter_split(content: str) -> Iterator[str]:
+    """``content.split("\n")`` one piece at a time."""
+    start = 0
+    find = content.find
+    while True:
+        j = find("\n", start)
+        if j < 0:
+            yield content[start:]
+            return
+        yield content[start:j]
+        start = j + 1
+
+
 def chunk_markdown(
     content: str, tokens: int = 400, overlap: int = 80, *, per_entry: bool = False
 ) -> list[ChunkSpec]:
     """Chunking v6 (§2.2): line-greedy in weighted chars with overlap carry; per-entry optional."""
-    lines = content.split("\n")
+    # Curated files need the line list (entry spans); everything else streams its lines, so a large
+    # transcript is not copied into a list of lines next to its chunks (peak memory, H8).
+    lines = content.split("\n") if per_entry else None
     max_chars = max(32, int(tokens) * CHARS_PER_TOKEN_ESTIMATE)
     overlap_chars = max(0, int(overlap) * CHARS_PER_TOKEN_ESTIMATE)
     chunks: list[ChunkSpec] = []
@@ -280,15 +295,14 @@ def chunk_markdown(
         cur_line.append(line_no)
         cur_chars += size
 
-    spans = split_curated_entries(lines) if per_entry else [(1, len(lines), "section")]
+    spans = split_curated_entries(lines) if lines is not None else [(1, content.count("\n") + 1, "section")]
     for entry_start, entry_end, kind in spans:
         if kind == "entry":
             span[0], span[1] = entry_start, entry_end
         else:
             span[0] = span[1] = None
-        for i in range(entry_start - 1, entry_end):
-            line = lines[i]
-            line_no = i + 1
+        span_lines = lines[entry_start - 1 : entry_end] if lines is not None else _iter_split(content)
+        for line_no, line in enumerate(span_lines, start=entry_start):
             if line.isascii():
                 n = len(line)
                 if n <= max_chars:
