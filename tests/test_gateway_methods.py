@@ -146,3 +146,60 @@ def test_v2_with_write_scope_reads_and_pagination_round_trips(config):
     assert first["coverage"] == "complete" and isinstance(first["nextCursor"], str)
     assert [h["citations"][0]["label"] for h in second["hits"]] == ["memory/2026-09-01.md#L1-L4"]
     assert "nextCursor" not in second
+
+
+def test_paused_index_is_unavailable_with_the_fix(tmp_path):
+    ws = make_workspace(tmp_path)
+    env = {"MEMORY_CORE_HOME": str(tmp_path / "state")}
+    with MemoryCore(config=load_config(None, env=env, overrides={"workspace": str(ws)})) as core:
+        core.index()
+    changed = load_config(None, env=env, overrides={"workspace": str(ws), "chunking": {"tokens": 200}})
+    v1, v2 = call_all(changed, [("memory.search", {"query": "coffee"}),
+                                ("memory.search", {"query": "coffee", "version": 2})])
+    fix = ("memory search paused: the index was built with different settings (chunkTokens); "
+           "run `memory-core index --force`")
+    assert (v1.code, v1.message) == ("UNAVAILABLE", f"memory search failed: {fix}")
+    assert (v2.code, v2.message) == ("UNAVAILABLE", fix)
+
+
+def test_a_request_whose_connection_closed_never_opens_the_provider(config):
+    from memory_core.gateway.handlers import MemoryMethods, RequestScope
+
+    service = MemoryService(config)
+    session = p.Session("conn-1", "operator", ("operator.read",), "token")
+    closed = RequestScope(session=session, connection_open=lambda: False)
+    aborted = RequestScope(session=session, connection_open=lambda: True)
+    aborted.signal.abort("connection closed")
+    methods = MemoryMethods(service)
+
+    async def main():
+        out = []
+        for scope in (closed, aborted):
+            with pytest.raises(p.GatewayError) as err:
+                await methods.call("memory.search", {"query": "coffee", "version": 2}, scope)
+            out.append((err.value.code, err.value.message, scope.open))
+        return out
+
+    try:
+        assert asyncio.run(main()) == [("UNAVAILABLE", "Memory request authority is no longer active", False),
+                                       ("UNAVAILABLE", "connection closed", False)]
+        assert service.runtime._cores == {}  # nothing was opened for either request
+    finally:
+        service.close()
+
+
+def test_node_role_cannot_read_memory(config):
+    service = MemoryService(config)
+
+    async def main():
+        async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server:
+            async with await GatewayClient.open(server.url, token=TOKEN, role="node") as client:
+                with pytest.raises(GatewayCallError) as err:
+                    await client.call("memory.status", {})
+                return err.value
+
+    try:
+        err = asyncio.run(main())
+    finally:
+        service.close()
+    assert (err.code, err.message) == ("FORBIDDEN", "unauthorized role: node")

@@ -157,19 +157,28 @@ class MemoryMethods:
             core = await asyncio.to_thread(self.service.core, agent_id)
         except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
             raise unavailable(f"memory search unavailable: {error_message(exc)}") from exc
+
+        def search() -> tuple[list[Any], dict[str, Any] | None]:
+            hits = core.search(request.query, max_results=request.max_results, min_score=request.min_score)
+            return hits, getattr(core, "last_staleness", None)  # set by this search's before_search
+
         try:
-            hits = await asyncio.to_thread(
-                core.search, request.query, max_results=request.max_results, min_score=request.min_score
-            )
+            hits, staleness = await asyncio.to_thread(search)
         except Exception as exc:  # noqa: BLE001
             raise unavailable(f"memory search failed: {error_message(exc)}") from exc
         cfg = self.service.agent_config(agent_id)
-        return {
+        payload: dict[str, Any] = {
             "agentId": agent_id,
             "provider": cfg.provider,
             "searchMode": self.service.search_mode(agent_id),
             "results": [v1_result(hit) for hit in hits],
         }
+        if isinstance(staleness, dict) and staleness.get("stale"):
+            payload["stale"] = True
+            for key in ("warning", "action"):
+                if staleness.get(key):
+                    payload[key] = staleness[key]
+        return payload
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
