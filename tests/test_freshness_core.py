@@ -37,7 +37,7 @@ class Served:
         self.sessions_dir.mkdir(exist_ok=True)
         extra = {"sources": ["memory", "sessions"], "experimental": {"sessionMemory": True},
                  "sessionsDir": str(self.sessions_dir)} if sessions else {}
-        self.raw = {"workspace": str(self.ws), "stateDir": str(tmp_path / "state"),
+        self.raw = {"workspace": str(self.ws), "stateDir": str(tmp_path / "state"), "pool": {"workers": 0},
                     "sync": {"watchDebounceMs": debounce_ms}, **extra}
         self.cfg = MemoryCoreConfig.model_validate(self.raw)
         self.settings = FreshnessSettings.from_config(self.cfg, **settings)
@@ -55,9 +55,9 @@ class Served:
         return self
 
     def search(self, query: str) -> tuple[list[str], dict | None]:
-        stale = self.core.before_search()
-        hits = self.engine.search(query, min_score=0.0)
-        return sorted({h.path for h in hits}), stale
+        """MemoryCore.search (which runs before_search first) and the staleness it reported."""
+        hits = self.core.search(query, min_score=0.0)
+        return sorted({h.path for h in hits}), self.core.last_staleness
 
     def paths(self, query: str) -> list[str]:
         return self.search(query)[0]
@@ -152,7 +152,7 @@ def test_60_appended_messages_trigger_a_session_sync_and_10_do_not(served):
             fh.write(_msg("user", f"more about penguins {i}"))
             fh.flush()
     assert wait_for(lambda: s.engine.search("penguins", min_score=0.0) != [], 2.0)
-    assert s.fresh.sync_count == n0 + 1
+    assert s.fresh.wait_idle(2) and s.fresh.sync_count == n0 + 1
     assert s.fresh.sync_log[-1]["full"] is False and s.fresh.sync_log[-1]["paths"] == 1
 
 
