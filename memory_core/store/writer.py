@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import functools
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -29,6 +31,18 @@ _IN_BATCH = 500
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _serialized(method):
+    """Run a write method under the writer's lock: one connection shared by threads must not let one
+    thread's statements land inside another thread's open transaction or savepoint."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._wlock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class IndexWriter:
@@ -57,6 +71,7 @@ class IndexWriter:
         self.cache_max_entries = cache_max_entries
         self.durable = durable
         self._bulk: list[int] | None = None
+        self._wlock = threading.RLock()
         self.vector_available = False
         self.vector_version: str | None = None
         self.vector_error: str | None = None
@@ -128,18 +143,19 @@ class IndexWriter:
         Each ``replace_source`` still runs in its own savepoint, so a failing source rolls back
         alone; the outer transaction commits every ``every`` sources and at the end.
         """
-        conn = self._c()
-        conn.execute("BEGIN")
-        self._bulk = [0, max(1, every)]
-        try:
-            yield
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(apsw.Error):
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            self._bulk = None
+        with self._wlock:
+            conn = self._c()
+            conn.execute("BEGIN")
+            self._bulk = [0, max(1, every)]
+            try:
+                yield
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(apsw.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._bulk = None
 
     def _after_source_write(self) -> None:
         if self._bulk is None or self.conn is None:
@@ -209,6 +225,7 @@ class IndexWriter:
         row = self._c().execute("SELECT value FROM memory_index_meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
+    @_serialized
     def set_meta_value(self, key: str, value: str | None) -> None:
         conn = self._c()
         with conn:
@@ -228,6 +245,7 @@ class IndexWriter:
         ).fetchone()
         return row is not None
 
+    @_serialized
     def replace_source(
         self,
         entry: Any,
@@ -350,6 +368,7 @@ class IndexWriter:
             return False
         return schema.vec_table_dims(conn) is not None
 
+    @_serialized
     def delete_source(self, path: str, source: str) -> int:
         """Delete every row of ``(path, source)``; returns the number of chunks removed."""
         conn = self._c()
@@ -358,6 +377,7 @@ class IndexWriter:
             conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = ?", (path, source))
         return n
 
+    @_serialized
     def delete_if_current(self, path: str, source: str, expected_hash: str) -> bool:
         """Delete ``(path, source)`` only when its indexed hash still equals ``expected_hash``."""
         conn = self._c()
@@ -371,6 +391,7 @@ class IndexWriter:
             conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = ?", (path, source))
         return True
 
+    @_serialized
     def forget_session(self, path: str) -> int:
         """Tombstone a session transcript and delete its rows; returns the number of chunks removed."""
         conn = self._c()
@@ -410,6 +431,7 @@ class IndexWriter:
                     out[h] = vec
         return out
 
+    @_serialized
     def put_many(self, provider: str, model: str, provider_key: str, items: dict[str, np.ndarray]) -> None:
         """Upsert vectors with ``updated_at = now`` and prune to ``cache_max_entries``."""
         if not self.cache_enabled or not items:
@@ -429,6 +451,7 @@ class IndexWriter:
             )
         self.prune_cache()
 
+    @_serialized
     def prune_cache(self, max_entries: int | None = None) -> int:
         """Delete the oldest cache rows (by ``updated_at``) above ``max_entries``; returns rows deleted."""
         limit = self.cache_max_entries if max_entries is None else max_entries
@@ -450,6 +473,7 @@ class IndexWriter:
     def cache_count(self) -> int:
         return int(self._c().execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
 
+    @_serialized
     def seed_from(self, other_db_path: str, *, batch: int = 2000) -> int:
         """Copy the embedding cache and forget tombstones of another index database into this one.
 
