@@ -291,3 +291,27 @@ def test_many_concurrent_connections(service):
         return await asyncio.gather(*(one(i) for i in range(20)))
 
     assert run_with_server(service, body) == ["unsupported memory version"] * 20
+
+
+def test_tick_events_keep_long_lived_clients_alive(service):
+    async def main():
+        server = GatewayServer(service, auth=p.AuthSettings("token", TOKEN), tick_interval_s=0.05)
+        async with server:
+            async with connect(server.url, compression=None) as ws:
+                await ws.recv()
+                await ws.send(req("connect", connect_params()))
+                await ws.recv()
+                return json.loads(await asyncio.wait_for(ws.recv(), 5))
+
+    tick = asyncio.run(main())
+    assert tick["type"] == "event" and tick["event"] == "tick" and isinstance(tick["payload"]["ts"], int)
+
+
+def test_a_burst_of_requests_on_one_connection_all_get_answers(service):
+    async def body(url):
+        async with await GatewayClient.open(url, token=TOKEN) as client:
+            frames = await asyncio.gather(*(client.call_frame("memory.get", {"reference": {"providerId": "x"}})
+                                            for _ in range(300)))
+            return {f["error"]["message"] for f in frames}, len({f["id"] for f in frames})
+
+    assert run_with_server(service, body) == ({"reference.providerId and reference.id are required"}, 300)

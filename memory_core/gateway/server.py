@@ -37,6 +37,7 @@ log = logging.getLogger("memory_core.gateway")
 
 SERVER_VERSION = f"memory-core-{__version__}"
 HANDSHAKE_TIMEOUT_S = 10.0
+MAX_IN_FLIGHT = 64
 TOKEN_ENV = "MEMORY_CORE_GATEWAY_TOKEN"
 PASSWORD_ENV = "MEMORY_CORE_GATEWAY_PASSWORD"
 
@@ -179,8 +180,13 @@ class GatewayServer:
             if session is None:
                 return
             tick = asyncio.create_task(self._tick(ws))
+            # At most MAX_IN_FLIGHT requests run per connection; further frames wait in the socket
+            # (back-pressure on the client) instead of piling up as tasks.
+            slots = asyncio.Semaphore(MAX_IN_FLIGHT)
             async for message in ws:
-                self._dispatch_frame(ws, session, message, tasks, scopes)
+                await slots.acquire()
+                task = self._dispatch_frame(ws, session, message, tasks, scopes)
+                task.add_done_callback(lambda _t: slots.release())
         except ConnectionClosed:
             pass
         finally:
@@ -231,18 +237,18 @@ class GatewayServer:
         message: str | bytes,
         tasks: set[asyncio.Task[None]],
         scopes: set[RequestScope],
-    ) -> None:
+    ) -> asyncio.Task[None]:
         try:
             request = p.parse_request(message)
         except p.FrameError as err:
             text = err.message if err.message.startswith("invalid request frame") else f"invalid request frame: {err.message}"
             frame = p.response_error(err.req_id or "invalid", p.invalid_request(text))
-            self._spawn(tasks, self._send(ws, frame))
-            return
+            return self._spawn(tasks, self._send(ws, frame))
         scope = RequestScope(session=session, connection_open=lambda: ws.close_code is None)
         scopes.add(scope)
         task = self._spawn(tasks, self._run(ws, request, scope))
         task.add_done_callback(lambda _t: scopes.discard(scope))
+        return task
 
     def _spawn(self, tasks: set[asyncio.Task[None]], coro: Any) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
