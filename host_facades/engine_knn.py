@@ -199,7 +199,8 @@ class DerivedStateCache:
     holds at most the current generation plus the leased ones.
     """
 
-    def __init__(self, *, use_faiss: bool = True) -> None:
+    def __init__(self, *, use_faiss: bool = True, max_entries: int = 16) -> None:
+        self.max_entries = max_entries  # across databases (agents); least recently used goes first
         self._states: "OrderedDict[DerivedKey, VectorState]" = OrderedDict()
         self._lock = threading.Lock()
         self.use_faiss = use_faiss
@@ -209,12 +210,16 @@ class DerivedStateCache:
         """The state for ``key``; ``conn`` must be inside the read transaction of ``key[1]``."""
         with self._lock:
             state = self._states.get(key)
+            if state is not None:
+                self._states.move_to_end(key)
         if state is not None:
             return state
         state = load_vector_state(conn, key, use_faiss=self.use_faiss)
         with self._lock:
             self._states[key] = state
             self.builds += 1
+            while len(self._states) > self.max_entries:
+                self._states.popitem(last=False)
         return state
 
     def retain(self, db_id: str, keep: "set[int] | list[int] | tuple[int, ...]") -> int:

@@ -23,6 +23,9 @@ from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonl
 from host_facades.vectors import decode_vector
 
 
+MAX_CACHED_READERS = 8
+
+
 class TaskError(Exception):
     """A task failure with a stable code; crosses the process boundary as ``{"code", "message"}``."""
 
@@ -53,6 +56,8 @@ class WorkerContext:
             self.readers[db_path] = (entry[0], ident, now)
             return entry[0]
         self.drop_reader(db_path)
+        while len(self.readers) >= MAX_CACHED_READERS:  # least recently used first
+            self.drop_reader(min(self.readers, key=lambda p: self.readers[p][2]))
         conn = open_readonly(db_path, load_vec=True)
         self.readers[db_path] = (conn, ident, now)
         return conn

@@ -1,0 +1,83 @@
+"""Process-wide pools for MemoryCore (owner side).
+
+``MemoryCore`` searches and index preparation run through two shared pools per pool
+configuration (``config.pool``): ``retrieval`` and ``indexing`` (spec §8.2). ``pool.workers = 0``
+means in-process (no pool). Pools are created on first use, shared by every agent/core of the
+process (workers reopen databases by path), and closed at interpreter exit or by :func:`close_all`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any
+
+from memory_core.generations import CursorPins
+from workers.pool import INDEXING_MAX_PENDING_BYTES, WorkerPool
+from workers.retriever import PooledRetriever
+
+_lock = threading.Lock()
+_pools: dict[tuple, dict[str, WorkerPool]] = {}
+
+
+def _settings(cfg: Any) -> tuple:
+    p = cfg.pool
+    return (p.resolved_workers(), p.max_pending_tasks, p.max_pending_bytes, p.task_timeout_s, p.idle_timeout_s)
+
+
+def pools_for(cfg: Any) -> dict[str, WorkerPool] | None:
+    """``{"retrieval": pool, "indexing": pool}`` for ``cfg.pool``; None when ``pool.workers == 0``."""
+    key = _settings(cfg)
+    workers, max_tasks, max_bytes, timeout_s, idle_s = key
+    if workers == 0:
+        return None
+    with _lock:
+        pools = _pools.get(key)
+        if pools is None:
+            pools = {
+                "retrieval": WorkerPool("retrieval", workers, max_pending_tasks=max_tasks, max_pending_bytes=max_bytes,
+                                        task_timeout_s=timeout_s, idle_timeout_s=idle_s),
+                "indexing": WorkerPool("indexing", workers, max_pending_tasks=max_tasks,
+                                       max_pending_bytes=max(max_bytes, INDEXING_MAX_PENDING_BYTES),
+                                       task_timeout_s=None, idle_timeout_s=idle_s),
+            }
+            _pools[key] = pools
+        return pools
+
+
+def retriever_for(core: Any) -> PooledRetriever | None:
+    """The core's :class:`PooledRetriever` (created once), or None for in-process search."""
+    existing = core.__dict__.get("_pooled_retriever")
+    if existing is not None and existing.db_path == core.db_path:
+        return existing
+    pools = pools_for(core.config)
+    if pools is None:
+        return None
+    retriever = PooledRetriever(core.db_path, pools["retrieval"], timeout_s=core.config.pool.task_timeout_s)
+    core._pooled_retriever = retriever
+    return retriever
+
+
+def cursor_pins_for(core: Any) -> CursorPins:
+    """Pagination-cursor pins sharing the core's generation leases (TTL = ``pool.cursor_ttl_s``)."""
+    pins = core.__dict__.get("_cursor_pins")
+    if pins is None:
+        retriever = retriever_for(core)
+        from memory_core.generations import GenerationLeases
+
+        leases = retriever.leases if retriever is not None else GenerationLeases()
+        pins = core._cursor_pins = CursorPins(leases, ttl_s=core.config.pool.cursor_ttl_s)
+    return pins
+
+
+def close_all() -> None:
+    """Close every shared pool (tests, shutdown)."""
+    with _lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for group in pools:
+        for pool in group.values():
+            pool.close(drain=False, timeout_s=2.0)
+
+
+atexit.register(close_all)
