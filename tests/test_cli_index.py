@@ -101,3 +101,16 @@ def test_parser_registers_only_working_commands(capsys):
         assert p.get_default("func") is not None, name
     assert main([]) == 2
     assert "usage: memory-core" in capsys.readouterr().err
+
+
+def test_bench_index_small_run_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    r = run(["bench", "index", "--files", "60", "--mb", "0.2", "--embed-files", "0", "--out", str(out)],
+            tmp_path / "home")
+    assert r.returncode == 0, r.stderr
+    assert "keyword_only" in r.stdout and "target: keyword-only < 60s -> met" in r.stdout
+    result = json.loads(out.read_text())
+    assert result["workspace"]["files"] == 61
+    kw = result["results"]["keyword_only"]
+    assert kw["files"] == 61 and kw["chunks"] > 0 and kw["mb_per_s"] > 0
+    assert result["results"]["disk_read"]["files"] == 61
