@@ -263,6 +263,16 @@ class MemoryCore:
         def build(temp: IndexWriter) -> IndexSummary:
             summary = run_sync(temp, self.config, self.workspace, provider, full=True, reason=reason,
                                previous=previous, progress=progress)
+            # a file that could not be read this time keeps its previous rows (and is re-indexed later)
+            unreadable = {p["path"] for p in summary.problems if p["code"] != "malformed_jsonl"}
+            for source, hashes in previous.items():
+                rebuilt = temp.indexed_hashes(source)
+                for path in hashes:
+                    if path in unreadable and path not in rebuilt:
+                        temp.copy_source_from(self.db_path, path, source, model=summary.model)
+            if unreadable:
+                counts = temp.counts()
+                summary.files, summary.chunks = counts["files"], counts["chunks"]
             dims = temp.vec_dims
             if dims is None and provider is not None:
                 dims = getattr(provider, "dims", None)

@@ -163,3 +163,20 @@ def test_unreadable_file_is_a_problem_and_keeps_its_rows(tmp_path, workspace):
     with MemoryCore(str(workspace), config=load_config(None)) as core:
         assert texts(core) == {"memory/new.md": "new note\n", "memory/open.md": "open note\n",
                                "memory/secret.md": "secret but indexed before\n"}
+
+
+def test_forced_rebuild_keeps_rows_of_a_file_it_cannot_read(workspace):
+    write(workspace, "memory/a.md", "first version\n")
+    write(workspace, "memory/b.md", "other file\n")
+    core, _ = index(workspace)
+    with core:
+        write(workspace, "memory/a.md", b"broken \xff\xfe bytes")
+        s = core.index(force=True)
+        assert [(p["path"], p["code"]) for p in s.problems] == [("memory/a.md", "invalid_utf8")]
+        assert (s.files, s.chunks, s.removed) == (2, 2, 0)
+        assert texts(core) == {"memory/a.md": "first version\n", "memory/b.md": "other file\n"}
+        assert core.writer.indexed_hashes("memory")["memory/a.md"] == ""  # re-indexed once readable
+        write(workspace, "memory/a.md", "first version\n")
+        s2 = core.sync()
+        assert (s2.changed, s2.problems) == (1, [])
+        assert core.writer.indexed_hashes("memory")["memory/a.md"] != ""

@@ -524,6 +524,59 @@ class IndexWriter:
             src.close()
         return copied
 
+    @_serialized
+    def copy_source_from(self, other_db_path: str, path: str, source: str, *, model: str) -> bool:
+        """Carry one source's rows over from another index database (a full rebuild keeps a file that
+        could not be read this time). Only rows embedded with ``model`` are copied; the sources row
+        gets hash ``''`` so the next sync re-indexes the file once it is readable. Returns True if copied.
+        """
+        try:
+            src = apsw.Connection(other_db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        except apsw.Error:
+            return False
+        try:
+            src.set_busy_timeout(5000)
+            chunks = [tuple(r) for r in src.execute(
+                "SELECT id, path, source, start_line, end_line, hash, model, text, embedding, updated_at"
+                " FROM memory_index_chunks WHERE path = ? AND source = ?", (path, source))]
+            row = src.execute("SELECT mtime, size FROM memory_index_sources WHERE path = ? AND source = ?",
+                              (path, source)).fetchone()
+            if row is None or any(c[6] != model for c in chunks):
+                return False
+            ids = [(c[0],) for c in chunks]
+            recall = [tuple(r) for i in ids for r in src.execute(
+                "SELECT chunk_id, importance, triggers, project_key FROM memory_index_chunk_recall_metadata"
+                " WHERE chunk_id = ?", i)]
+            prov = [tuple(r) for i in ids for r in src.execute(
+                "SELECT chunk_id, origin_class, session_kind, observed_at, supersedes_key"
+                " FROM memory_index_chunk_provenance WHERE chunk_id = ?", i)]
+        except apsw.Error:
+            return False
+        finally:
+            src.close()
+        conn = self._c()
+        with conn:
+            self._delete_rows(conn, path, source)
+            conn.executemany(
+                "INSERT INTO memory_index_chunks(id, path, source, start_line, end_line, hash, model, text,"
+                " embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)", chunks)
+            conn.executemany("INSERT INTO memory_index_chunk_recall_metadata VALUES (?,?,?,?)", recall)
+            conn.executemany("INSERT INTO memory_index_chunk_provenance VALUES (?,?,?,?,?)", prov)
+            vec_rows = [(c[0], c[8]) for c in chunks if c[8]]
+            if vec_rows and self.vector_available:
+                dims = len(vec_rows[0][1]) // 4
+                if schema.vec_table_dims(conn) != dims:
+                    schema.ensure_vec_table(conn, dims)
+                    conn.executemany("DELETE FROM memory_index_chunks_vec WHERE id = ?", [(v[0],) for v in vec_rows])
+                conn.executemany("INSERT INTO memory_index_chunks_vec(id, embedding) VALUES (?, ?)",
+                                 [v for v in vec_rows if len(v[1]) == dims * 4])
+            conn.execute(
+                "INSERT INTO memory_index_sources(path, source, hash, mtime, size) VALUES (?,?,'',?,?)"
+                " ON CONFLICT(path, source) DO UPDATE SET hash = '', mtime = excluded.mtime, size = excluded.size",
+                (path, source, row[0], row[1]),
+            )
+        return True
+
     def integrity_check(self, *, quick: bool = False) -> str:
         pragma = "quick_check" if quick else "integrity_check"
         return str(self._c().execute(f"PRAGMA {pragma}").fetchone()[0])
