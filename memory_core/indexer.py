@@ -250,10 +250,15 @@ def run_sync(
 
     # A temp database being rebuilt commits in bulk (each source still in its own savepoint); the
     # live database commits per source so searches see each file as soon as it is published.
+    # H7: chunk preparation runs in the shared indexing pool when there is enough to parallelise
+    # (workers/shared.py; pool.workers = 0 or few files: in-process), in file order, same result.
+    from workers.shared import prepared_stream
+
+    stream = prepared_stream(todo, cfg, max_input)
     with writer.bulk() if full else contextlib.nullcontext():
-        for entry in todo:
+        for idx, entry in enumerate(todo):
             try:
-                chunks = prepare_entry(entry, cfg, max_input_bytes=max_input)
+                chunks = stream.get(idx) if stream is not None else prepare_entry(entry, cfg, max_input_bytes=max_input)
             except MemoryCoreError:
                 raise
             except Exception as exc:  # a chunking bug on one file must not lose the others

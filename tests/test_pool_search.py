@@ -193,3 +193,31 @@ def test_state_machine_pooled_equals_in_process(shared_pool, monkeypatch):
     PooledVsInProcess.TestCase().runTest()
     assert STATS["searches"] >= 5 and STATS["hits"] > 0, STATS
     assert shared_pool.stats["completed"] > 0
+
+
+def test_index_preparation_through_the_pool_equals_in_process(tmp_path):
+    import shutil
+
+    from memory_core.store.writer import IndexWriter  # noqa: F401 - the owner side may import it
+    from workers import shared
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    tables = ("SELECT id, path, source, start_line, end_line, hash, model, text FROM memory_index_chunks ORDER BY id",
+              "SELECT * FROM memory_index_chunk_recall_metadata ORDER BY chunk_id",
+              "SELECT chunk_id, origin_class, session_kind, supersedes_key FROM memory_index_chunk_provenance ORDER BY chunk_id")
+    dumps = []
+    for workers in (0, 2):
+        ws = tmp_path / f"ws{workers}"
+        shutil.copytree(examples / "workspace", ws)
+        cfg = load_config(examples / "memory-core.toml", overrides={
+            "pool": {"workers": workers}, "store": {"path": str(tmp_path / f"db{workers}.sqlite")}})
+        with MemoryCore(str(ws), config=cfg) as core:
+            summary = core.index()
+            assert (summary.failed, summary.problems) == (0, [])
+            dumps.append([[tuple(r) for r in core.writer.conn.execute(sql)] for sql in tables])
+            pools = shared.pools_for(cfg)
+            if workers:
+                assert pools["indexing"].stats["completed"] >= 4
+            else:
+                assert pools is None
+    assert dumps[0] == dumps[1] and len(dumps[0][0]) > 20

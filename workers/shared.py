@@ -81,3 +81,63 @@ def close_all() -> None:
 
 
 atexit.register(close_all)
+
+
+# --- chunk preparation through the indexing pool ---------------------------------------------------
+
+MIN_ENTRIES_FOR_POOL = 4  # below this the hop costs more than it parallelises
+
+
+class PreparedStream:
+    """Chunk preparation of ``entries`` in the indexing pool, a bounded window ahead of the consumer.
+
+    ``get(i)`` returns entry ``i``'s chunks (entries are consumed in order). A pool that is
+    overloaded, closed or lost the worker falls back to preparing in-process; a chunking failure
+    raises ``RuntimeError`` so the indexer records it as that file's problem.
+    """
+
+    def __init__(self, pool: WorkerPool, entries: list, cfg: Any, max_input_bytes: int, *, window: int | None = None) -> None:
+        self.pool = pool
+        self.entries = entries
+        self.cfg = cfg
+        self.max_input_bytes = max_input_bytes
+        self.window = window or max(2, 4 * pool.size)
+        self._futs: dict[int, Any] = {}
+        self._next = 0
+
+    def _kwargs(self, entry: Any) -> dict:
+        # the same arguments as memory_core.indexer.prepare_entry
+        return {"source": entry.source, "path": entry.path, "content": entry.content,
+                "tokens": self.cfg.chunking.tokens, "overlap": self.cfg.chunking.overlap,
+                "mtime_ms": entry.mtime_ms, "max_input_bytes": self.max_input_bytes, "line_map": entry.line_map}
+
+    def get(self, i: int) -> list:
+        from memory_core.errors import WorkerError, WorkerOverloaded, WorkerTimeout, WorkerUnavailable
+
+        while self._next < len(self.entries) and self._next <= i + self.window:
+            self._futs[self._next] = self.pool.submit("prepare", self._kwargs(self.entries[self._next]))
+            self._next += 1
+        fut = self._futs.pop(i)
+        try:
+            return fut.result()
+        except (WorkerOverloaded, WorkerUnavailable, WorkerTimeout):
+            from host_facades.engine_indexing import prepare_chunks
+
+            return prepare_chunks(**self._kwargs(self.entries[i]))
+        except WorkerError as exc:
+            raise RuntimeError(exc.message) from exc
+
+    def cancel(self) -> None:
+        for fut in self._futs.values():
+            fut.cancel()
+        self._futs.clear()
+
+
+def prepared_stream(entries: list, cfg: Any, max_input_bytes: int) -> PreparedStream | None:
+    """A :class:`PreparedStream` over the shared indexing pool, or None (in-process preparation)."""
+    if len(entries) < MIN_ENTRIES_FOR_POOL:
+        return None
+    pools = pools_for(cfg)
+    if pools is None:
+        return None
+    return PreparedStream(pools["indexing"], entries, cfg, max_input_bytes)
