@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -86,19 +87,27 @@ def register_embedding_provider(name: str, factory: ProviderFactory, *, replace:
     _REGISTRY[key] = factory
 
 
+_BUILTINS_LOCK = threading.Lock()
+
+
 def _load_builtins() -> None:
     global _BUILTINS_LOADED
     if _BUILTINS_LOADED:
         return
-    _BUILTINS_LOADED = True
-    from memory_core.embeddings.local import create_local
-    from memory_core.embeddings.openai_compatible import create_openai_compatible
+    # Locked, and the flag set only once the registry is filled: concurrent first searches (gateway
+    # threads) must never see the flag with an empty registry ("unknown embedding provider 'none'").
+    with _BUILTINS_LOCK:
+        if _BUILTINS_LOADED:
+            return
+        from memory_core.embeddings.local import create_local
+        from memory_core.embeddings.openai_compatible import create_openai_compatible
 
-    # setdefault: a provider registered by the application before first use wins over the built-in.
-    _REGISTRY.setdefault("local", create_local)
-    _REGISTRY.setdefault("openai-compatible", create_openai_compatible)
-    _REGISTRY.setdefault("none", lambda config: None)
-    _REGISTRY.setdefault("auto", _auto_factory)
+        # setdefault: a provider registered by the application before first use wins over the built-in.
+        _REGISTRY.setdefault("local", create_local)
+        _REGISTRY.setdefault("openai-compatible", create_openai_compatible)
+        _REGISTRY.setdefault("none", lambda config: None)
+        _REGISTRY.setdefault("auto", _auto_factory)
+        _BUILTINS_LOADED = True
 
 
 def _auto_factory(config: MemoryCoreConfig) -> EmbeddingProvider | None:
