@@ -44,3 +44,23 @@ def test_serve_with_auth_none_on_loopback_and_with_a_config_token(tmp_path):
         assert asyncio.run(hello(url)) == "none"
     with serve_process(cfg, env=child_env(tmp_path)) as url:  # token from gateway.token in the config
         assert asyncio.run(hello(url, token=TOKEN)) == "token"
+
+
+def test_concurrent_first_searches_on_a_fresh_server_agree(tmp_path):
+    """Eight connections search at once on a just-started process (nothing loaded yet): same answer, not stale."""
+    from tests.gateway_fixtures import index_agents
+
+    cfg = write_config(tmp_path, make_workspace(tmp_path))
+    index_agents(cfg)
+
+    async def one(url):
+        async with await GatewayClient.open(url, token=TOKEN) as client:
+            return await client.call("memory.search", {"query": "coffee"})
+
+    async def burst(url):
+        return await asyncio.gather(*(one(url) for _ in range(8)))
+
+    with serve_process(cfg) as url:
+        payloads = asyncio.run(burst(url))
+    assert all("stale" not in payload and "warning" not in payload for payload in payloads)
+    assert [[r["path"] for r in payload["results"]] for payload in payloads] == [["MEMORY.md"]] * 8
