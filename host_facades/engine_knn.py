@@ -103,12 +103,13 @@ class VectorState:
         if not sources or len(self.ids) == 0:
             return self
         wanted = tuple(sorted(set(sources)))
-        mask = np.isin(self.sources, list(wanted))
-        if bool(mask.all()):
-            return self
         cached = self._subsets.get(wanted)
         if cached is not None:
             return cached
+        mask = np.isin(self.sources, list(wanted))
+        if bool(mask.all()):
+            self._subsets[wanted] = self
+            return self
         rows = np.flatnonzero(mask)
         matrix = np.ascontiguousarray(self.matrix[rows])
         index = None
