@@ -314,3 +314,16 @@ def test_writer_reopens_after_file_swap(tmp_path):
     ro = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
     assert sorted(r[0] for r in ro.execute("SELECT path FROM memory_index_sources")) == ["memory/b.md", "memory/c.md"]
     ro.close()
+
+
+def test_keyword_only_writer_still_maintains_an_existing_vec_table(tmp_path):
+    db = str(tmp_path / "main.sqlite")
+    w = IndexWriter(db)
+    if not w.vector_available:
+        pytest.skip("sqlite-vec not loadable")
+    publish(w, "sessions/s.jsonl", "User: hi", source="sessions", vecs=np.ones((1, 3), dtype=np.float32), model="m")
+    w.close()
+    w = IndexWriter(db, vector_enabled=False)
+    assert w.forget_session("sessions/s.jsonl") == 1
+    assert int(w.conn.execute("SELECT count(*) FROM memory_index_chunks_vec").fetchone()[0]) == 0
+    w.close()

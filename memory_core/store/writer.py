@@ -92,7 +92,9 @@ class IndexWriter:
             conn.execute("PRAGMA synchronous=OFF")
         schema.migrate(conn)
         self.fts_available, self.fts_error = schema.ensure_fts(conn, self.fts_tokenizer)
-        if self.vector_enabled:
+        # sqlite-vec is also loaded when vectors are off but a vec0 table exists, so deletes can keep
+        # it in step (a keyword-only session must not leave orphaned vector rows behind)
+        if self.vector_enabled or schema.vec_table_dims(conn) is not None:
             ok, version, error = load_sqlite_vec(conn, self.extension_path)
             self.vector_available, self.vector_version, self.vector_error = ok, version, error
         else:
