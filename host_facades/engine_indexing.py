@@ -172,7 +172,7 @@ def _take_tail(text: str, budget: int) -> str:
     return text[start:]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkSpec:
     """One chunk of a text: 1-based inclusive line span, text and sha256 of the text."""
 
@@ -541,7 +541,7 @@ def split_text_to_utf8_byte_limit(text: str, max_bytes: int) -> list[str]:
 # --- the preparation step ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PreparedChunk:
     """A chunk ready for storage: line span (JSONL lines for sessions), text, metadata, provenance."""
 
