@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -12,11 +11,9 @@ import numpy as np
 import pytest
 
 from host_facades.engine_indexing import PreparedChunk, chunk_id, hash_text
-from host_facades.sqlite_ext import load_sqlite_vec
 from host_facades.vectors import decode_vector
 from memory_core.errors import IndexBusy
 from memory_core.sources import SourceEntry
-from memory_core.store import schema
 from memory_core.store.reindex import atomic_reindex, lock_path, reindex_lock, sweep_temp_files
 from memory_core.store.writer import IndexWriter
 
