@@ -340,8 +340,10 @@ def _hold(spec: dict | None) -> None:
     """Test hook: after the snapshot is taken, signal and wait (bounded) for a release file."""
     if not spec:
         return
-    with open(spec["signal"], "w") as fh:
+    tmp = f"{spec['signal']}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
         fh.write(str(os.getpid()))
+    os.replace(tmp, spec["signal"])  # atomic: a watcher never sees an empty signal file
     deadline = time.monotonic() + float(spec.get("timeout_s", 10))
     while not os.path.exists(spec["release"]) and time.monotonic() < deadline:
         time.sleep(0.005)
