@@ -221,3 +221,23 @@ def test_index_preparation_through_the_pool_equals_in_process(tmp_path):
             else:
                 assert pools is None
     assert dumps[0] == dumps[1] and len(dumps[0][0]) > 20
+
+
+def test_shared_pools_follow_pool_workers_and_cursor_pins_share_leases(workspace):
+    from workers import shared
+
+    (workspace / "MEMORY.md").write_text("- likes green tea\n")
+    inproc = MemoryCore(str(workspace), config=load_config(None, overrides={"pool": {"workers": 0}}))
+    pooled = MemoryCore(str(workspace), config=load_config(None, overrides={"pool": {"workers": 1, "cursor_ttl_s": 5}}))
+    with inproc, pooled:
+        assert shared.retriever_for(inproc) is None
+        retriever = shared.retriever_for(pooled)
+        assert retriever is shared.retriever_for(pooled) and retriever.pool.size == 1
+        pooled.index()
+        assert [h.path for h in pooled.search("green tea")] == [h.path for h in inproc.search("green tea")] == ["MEMORY.md"]
+        pins = shared.cursor_pins_for(pooled)
+        token = pins.pin("db", 3, state=["page-2"])
+        assert pins.ttl_s == 5 and retriever.leases.count() == 1
+        assert pins.get(token) == ("db", 3, ["page-2"])
+        pins.release(token)
+        assert retriever.leases.count() == 0
