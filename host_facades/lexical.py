@@ -64,13 +64,20 @@ def _scan(text: str, allow_marks: bool) -> list[str]:  # pragma: no cover - fall
     return out
 
 
+_ASCII_WORDS = re.compile(r"[A-Za-z0-9_]+")
+
+
 def word_tokens(text: str) -> list[str]:
     """Unicode word tokens ``[\\p{L}\\p{N}_]+`` (letters, digits, underscore)."""
+    if text.isascii():
+        return _ASCII_WORDS.findall(text)
     return _WORD_RE.findall(text) if _WORD_RE is not None else _scan(text, False)
 
 
 def query_terms(text: str) -> list[str]:
     """Query terms: a word start followed by letters, marks, digits or underscore (keeps NFD words whole)."""
+    if text.isascii():
+        return _ASCII_WORDS.findall(text)
     return _TERM_RE.findall(text) if _TERM_RE is not None else _scan(text, True)
 
 
@@ -226,10 +233,15 @@ def bm25_rank_to_score(rank: float) -> float:
     return 1 / (1 + r)
 
 
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+
+
 def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
     """Truncate to ``limit`` UTF-16 code units without splitting a surrogate pair."""
     if len(text) <= limit // 2:
         return text
+    if not _ASTRAL.search(text, 0, limit + 1):
+        return text[:limit]  # all BMP: code points = UTF-16 units
     units = 0
     for i, ch in enumerate(text):
         units += 2 if ord(ch) > 0xFFFF else 1
@@ -238,12 +250,23 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
     return text
 
 
-def score_fallback_keyword_result(*, query: str, path: str, text: str, fts_score: float) -> float:
+_ASCII_WORD_TOKEN = re.compile(r"[a-z0-9_]+")
+
+
+def _lower_tokens(text: str) -> list[str]:
+    low = text.lower()
+    if low.isascii():
+        return _ASCII_WORD_TOKEN.findall(low)
+    return word_tokens(unicodedata.normalize("NFC", low))
+
+
+def score_fallback_keyword_result(*, query: str, path: str, text: str, fts_score: float,
+                                  query_tokens: Sequence[str] | None = None) -> float:
     """The boosted lexical score of §4.4 (``scoreFallbackKeywordResult``), capped at 1."""
-    q_tokens = _unique(t.lower() for t in word_tokens(unicodedata.normalize("NFC", query)))
+    q_tokens = list(query_tokens) if query_tokens is not None else _unique(_lower_tokens(query))
     if not q_tokens:
         return fts_score
-    text_set = {t.lower() for t in word_tokens(unicodedata.normalize("NFC", text))}
+    text_set = set(_lower_tokens(text))
     path_lower = unicodedata.normalize("NFC", path).lower()
     overlap = sum(1 for t in q_tokens if t in text_set)
     unique_overlap = overlap / max(len(q_tokens), 1)
@@ -274,20 +297,34 @@ def _like_clauses(terms: Sequence[str], tokenizer: str | None, column: str = "te
 # ---------------------------------------------------------------------------------------------
 
 
+def _needs_source_filter(conn: apsw.Connection, sources: Sequence[str] | None) -> bool:
+    """False when every indexed source is requested, so the per-row filter can be skipped."""
+    if not sources:
+        return False
+    wanted = list(dict.fromkeys(sources))
+    row = conn.execute(f"SELECT 1 FROM {CHUNKS_TABLE} WHERE source NOT IN ({','.join('?' * len(wanted))}) LIMIT 1",
+                       wanted).fetchone()
+    return row is not None
+
+
 def body_search_sql(
     plan: dict[str, Any], *, limit: int, sources: Sequence[str] | None, tokenizer: str, like_only: bool = False
 ) -> tuple[str, list[Any], str]:
-    """The SQL the body search runs, with its parameters and its kind (``match`` or ``like``)."""
-    src_sql, src_params = _source_clause(sources, "f.source")
-    exists = f" AND EXISTS (SELECT 1 FROM {CHUNKS_TABLE} c WHERE c.id = f.id)"
+    """The SQL the body search runs, with its parameters and its kind (``match`` or ``like``).
+
+    MATCH searches rank by bm25 on the FTS index alone (rowids + rank); the chunk rows are then
+    read from ``memory_index_chunks`` by rowid, which drops orphaned FTS rows and applies the
+    source filter without reading UNINDEXED FTS columns for every matching row.
+    """
     if plan["match_query"] and not like_only:
-        like_sql, like_params = _like_clauses(plan["substring_terms"], tokenizer, "f.text")
+        like_sql, like_params = _like_clauses(plan["substring_terms"], tokenizer, "text")
         sql = (
-            f"SELECT f.id, f.path, f.source, f.start_line, f.end_line, f.text, bm25({FTS_TABLE}) AS rank"
-            f" FROM {FTS_TABLE} f WHERE {FTS_TABLE} MATCH ?{like_sql}{exists}{src_sql}"
+            f"SELECT rowid, bm25({FTS_TABLE}) AS rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?{like_sql}"
             f" ORDER BY rank ASC LIMIT ?"
         )
-        return sql, [plan["match_query"], *like_params, *src_params, int(limit)], "match"
+        return sql, [plan["match_query"], *like_params, int(limit)], "match"
+    src_sql, src_params = _source_clause(sources, "f.source")
+    exists = f" AND EXISTS (SELECT 1 FROM {CHUNKS_TABLE} c WHERE c.id = f.id)"
     terms = plan["substring_terms"] if not like_only else plan["tokens"]
     like_sql, like_params = _like_clauses(terms, tokenizer, "f.text")
     sql = (
@@ -297,11 +334,43 @@ def body_search_sql(
     return sql, [*like_params, *src_params, int(limit)], "like"
 
 
+def _match_rows(conn: apsw.Connection, plan: dict[str, Any], *, limit: int, sources, tokenizer) -> list[tuple]:
+    filt = _needs_source_filter(conn, sources)
+    wanted = set(sources or ())
+    fetch = limit if not filt else limit * 2 + 8
+    while True:
+        sql, params, _ = body_search_sql(plan, limit=fetch, sources=sources, tokenizer=tokenizer)
+        ranked = list(conn.execute(sql, params))
+        if not ranked:
+            return []
+        rows: dict[int, tuple] = {}
+        rowids = [r[0] for r in ranked]
+        for i in range(0, len(rowids), 500):
+            batch = rowids[i : i + 500]
+            for row in conn.execute(
+                f"SELECT chunk_rowid, id, path, source, start_line, end_line, text FROM {CHUNKS_TABLE}"
+                f" WHERE chunk_rowid IN ({','.join('?' * len(batch))})", batch):
+                rows[row[0]] = row
+        out = []
+        for rowid, rank in ranked:
+            row = rows.get(rowid)
+            if row is None or (filt and row[3] not in wanted):
+                continue  # orphaned FTS row, or another source
+            out.append((*row[1:], rank))
+            if len(out) >= limit:
+                return out
+        if len(ranked) < fetch:
+            return out
+        fetch *= 4
+
+
 def _body_rows(conn: apsw.Connection, plan: dict[str, Any], *, limit: int, sources, tokenizer) -> tuple[list[tuple], str, str | None]:
     if not plan["match_query"] and not plan["substring_terms"]:
         return [], "none", None
-    sql, params, kind = body_search_sql(plan, limit=limit, sources=sources, tokenizer=tokenizer)
     try:
+        if plan["match_query"]:
+            return _match_rows(conn, plan, limit=limit, sources=sources, tokenizer=tokenizer), "match", None
+        sql, params, kind = body_search_sql(plan, limit=limit, sources=sources, tokenizer=tokenizer)
         return list(conn.execute(sql, params)), kind, None
     except apsw.Error as exc:
         error = f"{type(exc).__name__}: {exc}"
@@ -330,10 +399,12 @@ def body_search(
     plan = plan_keyword_search(query, tokenizer, match_any=match_any, extra_terms=extra_terms)
     rows, kind, error = _body_rows(conn, plan, limit=max(1, int(limit)), sources=sources, tokenizer=tokenizer)
     rq = ranking_query if ranking_query is not None else query
+    rq_tokens = _unique(_lower_tokens(rq))
     hits = []
     for cid, path, source, start, end, text, rank in rows:
         text_score = bm25_rank_to_score(rank) if kind == "match" else 0.0
-        score = score_fallback_keyword_result(query=rq, path=path, text=text, fts_score=text_score) if boost else text_score
+        score = (score_fallback_keyword_result(query=rq, path=path, text=text, fts_score=text_score,
+                                               query_tokens=rq_tokens) if boost else text_score)
         hits.append({
             "id": cid, "path": path, "source": source, "start_line": int(start), "end_line": int(end),
             "snippet": truncate_snippet(text), "text_score": text_score, "score": score,

@@ -233,3 +233,10 @@ def test_rrf_normalised_scores():
     assert [(c.id, round(c.score, 4)) for c in out] == [("a", 1.0), ("b", round(61 / 62 / 2, 4)),
                                                         ("c", round(61 / 62 / 2, 4))]
     assert math.isclose(out[0].score, 1.0)
+
+
+def test_similarity_matrix_matches_jaccard():
+    sets = [frozenset(), frozenset({"a", "b", "c"}), frozenset({"b", "c", "d"}), frozenset({"今", "天", "今天"})]
+    m = ranking.similarity_matrix(sets)
+    assert [[round(v, 6) for v in row] for row in m] == [
+        [round(ranking.jaccard(a, b), 6) for b in sets] for a in sets]

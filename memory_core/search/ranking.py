@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from host_facades.lexical import bm25_rank_to_score  # noqa: F401  (re-exported for callers)
 from memory_core.search.types import Candidate
 
@@ -179,26 +181,18 @@ def project_multiplier(project_key: str | None, active: frozenset[str] | None) -
 _ASCII_TOKEN = re.compile(r"[a-z0-9_]+")
 
 
-def _is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    return (0x3040 <= o <= 0x30FF or 0x3400 <= o <= 0x4DBF or 0x4E00 <= o <= 0x9FFF
-            or 0xAC00 <= o <= 0xD7AF or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F)
+_CJK_CLASS = "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 
 
-def mmr_tokenize(text: str) -> set[str]:
+def mmr_tokenize(text: str) -> frozenset[str]:
     """Lowercased ASCII word tokens, CJK unigrams and bigrams of originally adjacent CJK chars."""
     lower = text.lower()
     tokens = set(_ASCII_TOKEN.findall(lower))
-    prev_cjk = None
-    for ch in lower:
-        if _is_cjk(ch):
-            tokens.add(ch)
-            if prev_cjk is not None:
-                tokens.add(prev_cjk + ch)
-            prev_cjk = ch
-        else:
-            prev_cjk = None
-    return tokens
+    for run in _CJK_RUN.findall(lower):
+        tokens.update(run)
+        tokens.update(run[i : i + 2] for i in range(len(run) - 1))
+    return frozenset(tokens)
 
 
 def jaccard(a: set[str], b: set[str]) -> float:
@@ -208,6 +202,26 @@ def jaccard(a: set[str], b: set[str]) -> float:
         return 0.0
     inter = len(a & b)
     return inter / (len(a) + len(b) - inter)
+
+
+def similarity_matrix(token_sets: Sequence[frozenset[str]]) -> list[list[float]]:
+    """Pairwise Jaccard similarities (same values as :func:`jaccard`), via one sparse product."""
+    n = len(token_sets)
+    vocab: dict[str, int] = {}
+    rows, cols = [], []
+    for r, toks in enumerate(token_sets):
+        for t in toks:
+            rows.append(r)
+            cols.append(vocab.setdefault(t, len(vocab)))
+    m = np.zeros((n, max(1, len(vocab))), dtype=np.float32)
+    if rows:
+        m[rows, cols] = 1.0
+    inter = m @ m.T
+    sizes = np.array([len(t) for t in token_sets], dtype=np.float32)
+    union = sizes[:, None] + sizes[None, :] - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(union > 0, inter / np.where(union > 0, union, 1), 1.0)
+    return out.tolist()
 
 
 def compute_mmr_score(relevance: float, max_similarity: float, lam: float) -> float:
@@ -225,19 +239,24 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
     scores = [score(it) for it in items]
     lo, hi = min(scores), max(scores)
     rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
-    toks = [mmr_tokenize(text(it)) for it in items]
+    sim = similarity_matrix([mmr_tokenize(text(it)) for it in items])
     remaining = list(range(len(items)))
+    # max similarity to the already selected items, updated with each new pick: O(n^2) overall
+    max_sim = [0.0] * len(items)
     selected: list[int] = []
     while remaining:
         best = None
         best_val = -math.inf
         for i in remaining:
-            max_sim = max((jaccard(toks[i], toks[j]) for j in selected), default=0.0)
-            val = compute_mmr_score(rel[i], max_sim, lam)
+            val = compute_mmr_score(rel[i], max_sim[i], lam)
             if val > best_val or (val == best_val and best is not None and scores[i] > scores[best]):
                 best, best_val = i, val
         selected.append(best)
         remaining.remove(best)
+        row = sim[best]
+        for i in remaining:
+            if row[i] > max_sim[i]:
+                max_sim[i] = row[i]
     return [items[i] for i in selected]
 
 
