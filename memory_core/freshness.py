@@ -169,10 +169,12 @@ class Freshness:
         self._running: _Job | None = None
         self._sessions: dict[str, _SessionDelta] = {}
         self._verified: dict[str, tuple[float, int] | None] = {}
+        self._forgotten: set[str] = set()
         self._closed = False
         self._thread: threading.Thread | None = None
         self._bootstrapped = False
         self._last_reconcile = 0.0
+        self._last_enumeration: float | None = None  # last full listing: a full sync or a cheap reconcile
         self._watcher_was_dead = False
 
         self.watcher: MemoryWatcher | None = None
@@ -353,6 +355,9 @@ class Freshness:
 
     def _session_event(self, path: str, *, deleted: bool) -> bool:
         """Account appended bytes/newlines of a transcript; True when it became dirty."""
+        with self._cond:
+            if path in self._forgotten:
+                return False  # tombstoned: a sync would refuse it anyway
         if is_session_archive(path):
             return self._mark(path, "session-archive")
         st = None if deleted else _stat(path)
@@ -425,6 +430,7 @@ class Freshness:
             return
         path = os.path.join(sd, os.path.basename(indexed_path))
         with self._cond:
+            self._forgotten.add(path)
             self._dirty_paths.discard(path)
             self._sessions.pop(path, None)
             self._verified[path] = _stat(path)
@@ -449,6 +455,7 @@ class Freshness:
             self._mark(None, "reconcile-failed")
             return ["*"]
         with self._cond:
+            self._forgotten |= forgotten
             verified = dict(self._verified)
         changed: list[str] = []
         current = set(memory) | set(sessions)
@@ -481,6 +488,10 @@ class Freshness:
                 changed.append(path)
         for path in changed:
             self._mark(path, "reconcile")
+        with self._cond:
+            # A successful listing plus stat of everything is a full enumeration: what it found
+            # (including deletions) is now dirty, and targeted syncs publish and prune it.
+            self._last_enumeration = self._last_reconcile
         return changed
 
     # ------------------------------------------------------------------ sync requests
@@ -585,8 +596,8 @@ class Freshness:
             self._dirty_full = False
             self._dirty_reasons.clear()
             self._debounce_deadline = None
-        if job.paths is not None and (
-            self.last_full_sync_at is None or now - self.last_full_sync_at >= self.settings.full_reconcile_s
+        if job.paths and (
+            self._last_enumeration is None or now - self._last_enumeration >= self.settings.full_reconcile_s
         ):
             # Targeted syncs never go longer than 15 minutes without a full enumeration (which prunes).
             job.paths = None
@@ -594,6 +605,13 @@ class Freshness:
 
     def _run_job(self, job: _Job) -> None:
         reason = ",".join(job.reasons) or "sync"
+        if job.paths is not None and not job.paths and not job.force:
+            # Nothing left to do (another sync took the dirty paths first).
+            with self._cond:
+                self._running = None
+                self._cond.notify_all()
+            job.future.set_result(None)
+            return
         if job.paths is None:
             try:
                 memory, sessions = self._list_fn()
@@ -625,6 +643,7 @@ class Freshness:
                 self._retry_delay = self.settings.retry_backoff_s[0]
                 if job.paths is None:
                     self.last_full_sync_at = job.started_at
+                    self._last_enumeration = job.started_at
                     self.last_full_sync_wall = self.last_sync_at
                     self._verified = {}
                 for p, st in before.items():
