@@ -17,6 +17,7 @@ with ``min_score = 0`` and ``max_results = 10`` so selection thresholds do not t
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -54,7 +55,8 @@ class Synset:
 _EXAMPLE_RE = re.compile(r'"([^"]+)"')
 
 
-def parse_wordnet(root: str = WORDNET_DIR) -> list[Synset]:
+@functools.lru_cache(maxsize=2)
+def parse_wordnet(root: str = WORDNET_DIR) -> tuple[Synset, ...]:
     """Every synset of the four data files (gloss split into definition and quoted examples)."""
     out: list[Synset] = []
     for pos, name in POS_FILES.items():
@@ -73,7 +75,7 @@ def parse_wordnet(root: str = WORDNET_DIR) -> list[Synset]:
                 definition = _EXAMPLE_RE.sub("", gloss).strip().strip(";").strip()
                 definition = re.sub(r"(;\s*)+$", "", re.sub(r"\s*;\s*(;\s*)+", "; ", definition)).strip()
                 out.append(Synset(f"{pos}{fields[0]}", lemmas, definition, examples))
-    return out
+    return tuple(out)
 
 
 def build_dataset(n_queries: int, n_docs: int, seed: int = 0, root: str = WORDNET_DIR):

@@ -1,0 +1,36 @@
+"""The quality benchmark's data preparation and metrics (the full runs live in benchmarks/)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmarks import bench_quality as bq
+
+WORDNET = os.path.exists(os.path.join(bq.WORDNET_DIR, "data.verb"))
+
+
+def test_metrics_and_rrf():
+    m = bq.metrics([["a", "b"], ["x", "y", "r"], ["q"]], ["a", "r", "zz"])
+    assert {k: round(v, 4) for k, v in m.items()} == {"ndcg@10": 0.5, "recall@10": 0.6667, "mrr@10": 0.4444}
+    assert bq.rrf([["a", "b", "c"], ["c", "b"]]) == ["c", "b", "a"]  # 1/63 + 1/61 > 2/62
+
+
+@pytest.mark.skipif(not WORDNET, reason="needs Debian's wordnet-base (apt-get install wordnet-base)")
+def test_wordnet_dataset_excludes_examples_and_keeps_hard_negatives():
+    docs, queries = bq.build_dataset(20, 200, seed=0)
+    assert (len(docs), len(queries)) == (200, 20)
+    texts = dict(docs)
+    assert len(set(texts)) == 200
+    for query, key in queries:
+        assert key in texts and query not in texts[key] and '"' not in texts[key]
+    assert bq.build_dataset(20, 200, seed=0) == (docs, queries)
+
+
+@pytest.mark.skipif(not WORDNET, reason="needs Debian's wordnet-base")
+def test_keyword_quality_smoke(tmp_path):
+    summary = bq.evaluate(30, 300, seed=0, workdir=str(tmp_path), with_vectors=False, log=lambda s: None)
+    kw = summary["results"]["memory-core keyword-only"]["ndcg@10"]
+    bm = summary["results"]["baseline bm25s"]["ndcg@10"]
+    assert kw >= bm - 0.05 and kw > 0.3
