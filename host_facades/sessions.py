@@ -388,6 +388,9 @@ def flatten_session_lines(
     content may reveal a cron run. Malformed JSON lines are skipped and counted; never raises on
     odd records."""
     collected: list[str] = []
+    # Output lines are joined in blocks as they come, so a large transcript is not held as a
+    # list of small strings next to its joined content (peak memory).
+    blocks: list[str] = []
     line_map: list[int] = []
     stamps: list[int | float] = []
     skipped = 0
@@ -412,6 +415,7 @@ def flatten_session_lines(
         if not cron and archive and _is_cron_record(record):
             cron = True
             collected.clear()
+            blocks.clear()
             line_map.clear()
             stamps.clear()
         if record.get("type") != "message":
@@ -432,6 +436,7 @@ def flatten_session_lines(
         if not cron and archive and role == "user" and _DIRECT_CRON_PROMPT_RE.match(_normalize(raw_text)):
             cron = True
             collected.clear()
+            blocks.clear()
             line_map.clear()
             stamps.clear()
         text = _sanitize(raw_text, role)
@@ -446,10 +451,16 @@ def flatten_session_lines(
         ts = _parse_timestamp(record, message)
         messages += 1
         collected.extend(rendered)
+        if len(collected) >= 2048:
+            blocks.append("\n".join(collected))
+            collected.clear()
         line_map.extend([index + 1] * len(rendered))
         stamps.extend([ts] * len(rendered))
-    content = "\n".join(collected)
-    digest = _session_hash(collected, content, line_map, stamps)
+    if collected:
+        blocks.append("\n".join(collected))
+        collected.clear()
+    content = "\n".join(blocks)
+    digest = _session_hash(blocks, content, line_map, stamps)
     return FlattenedSession(
         content=content,
         line_map=tuple(line_map),
