@@ -107,6 +107,45 @@ def build_dataset(n_queries: int, n_docs: int, seed: int = 0, root: str = WORDNE
     return [(s.key, s.text) for s in ordered], queries
 
 
+def find_gensim_wheel(explicit: str | None = None) -> str | None:
+    """A gensim wheel file (``pip download gensim --no-deps -d DIR``); gensim itself is never imported."""
+    import glob
+
+    if explicit:
+        return explicit if os.path.isfile(explicit) else None
+    dirs = [os.environ.get("MEMORY_CORE_GENSIM_WHEEL_DIR", ""), cache_dir(), "/tmp/gensim_whl", os.getcwd()]
+    for d in dirs:
+        if d:
+            found = sorted(glob.glob(os.path.join(d, "gensim-*.whl")))
+            if found:
+                return found[-1]
+    return None
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
+
+
+def build_lee_dataset(wheel: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Lee corpus from the gensim wheel: each of the 50 ``lee.cor`` articles' lead sentence is a query
+    whose relevant entry is the rest of that article; the 300 ``lee_background.cor`` articles are
+    distractors. The lead sentence is removed from the entry."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        lee = z.read("gensim/test/test_data/lee.cor").decode("latin-1").splitlines()
+        background = z.read("gensim/test/test_data/lee_background.cor").decode("latin-1").splitlines()
+    docs: list[tuple[str, str]] = []
+    queries: list[tuple[str, str]] = []
+    for i, article in enumerate(a.strip() for a in lee):
+        parts = _SENTENCE_END.split(article, maxsplit=1)
+        if len(parts) < 2 or len(parts[1].split()) < 10:
+            continue
+        docs.append((f"lee{i:03d}", parts[1]))
+        queries.append((parts[0], f"lee{i:03d}"))
+    docs += [(f"bg{i:03d}", a.strip()) for i, a in enumerate(background) if a.strip()]
+    return docs, queries
+
+
 # ---------------------------------------------------------------------------------------------
 # Metrics
 # ---------------------------------------------------------------------------------------------
@@ -221,20 +260,31 @@ def evaluate(n_queries: int, n_docs: int, *, seed: int = 0, workdir: str | None 
 
     t0 = time.perf_counter()
     docs, queries = build_dataset(n_queries, n_docs, seed)
+    log(f"wordnet: {len(docs)} entries, {len(queries)} queries (seed {seed}), built in {time.perf_counter() - t0:.1f}s")
+    return evaluate_dataset("wordnet", docs, queries, workdir=workdir, with_vectors=with_vectors, log=log,
+                            meta={"seed": seed})
+
+
+def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequence[tuple[str, str]], *,
+                     workdir: str | None = None, with_vectors: bool = True, log: Callable[[str], None] = print,
+                     meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run every system over one dataset of ``(key, text)`` entries and ``(query, relevant key)`` pairs."""
+    from memory_core.config import MemoryCoreConfig
+    from memory_core.search.engine import SearchEngine
+
     qtexts = [q for q, _ in queries]
     relevant = [r for _, r in queries]
-    log(f"wordnet: {len(docs)} entries, {len(queries)} queries (seed {seed}), built in {time.perf_counter() - t0:.1f}s")
     dvecs = qvecs = None
     model = "fts-only"
     if with_vectors:
         provider = local_provider()
         model = provider.model
         t1 = time.perf_counter()
-        dvecs = embed_all([t for _, t in docs], provider, "docs")
-        qvecs = embed_all(qtexts, provider, "queries")
+        dvecs = embed_all([t for _, t in docs], provider, f"{name}-docs")
+        qvecs = embed_all(qtexts, provider, f"{name}-queries")
         log(f"embeddings ({provider.model}): {time.perf_counter() - t1:.1f}s")
     tmp = tempfile.mkdtemp(prefix="mc-bench-quality-", dir=workdir)
-    db = os.path.join(tmp, "wordnet.sqlite")
+    db = os.path.join(tmp, f"{name}.sqlite")
     t2 = time.perf_counter()
     build_index(db, docs, dvecs, model)
     log(f"index: {time.perf_counter() - t2:.1f}s")
@@ -285,7 +335,8 @@ def evaluate(n_queries: int, n_docs: int, *, seed: int = 0, workdir: str | None 
             eng = SearchEngine(cfg, db, prov)
             record(name, *run_engine(eng, qtexts, qvecs))
             eng.close()
-    summary = {"dataset": {"entries": len(docs), "queries": len(queries), "seed": seed}, "results": results}
+    summary = {"dataset": {"name": name, "entries": len(docs), "queries": len(queries), **(meta or {})},
+               "results": results}
     if with_vectors:
         best_single = max(results["baseline bm25s"]["ndcg@10"], results["baseline faiss exact"]["ndcg@10"])
         hybrid = max(results["memory-core hybrid weighted"]["ndcg@10"], results["memory-core hybrid RRF"]["ndcg@10"])
@@ -305,6 +356,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--docs", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-vectors", action="store_true", help="keyword systems only (no local model)")
+    p.add_argument("--dataset", choices=["wordnet", "lee", "all"], default="all",
+                   help="wordnet (usage examples), lee (gensim's Lee corpus), or both (default)")
+    p.add_argument("--gensim-wheel", default=None, metavar="WHL", help="gensim wheel holding the Lee corpus")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -312,9 +366,20 @@ def run(args: argparse.Namespace) -> int:
     nq = args.queries or (100 if args.ci else 1000)
     nd = args.docs or (1000 if args.ci else 10_000)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
-    summary = evaluate(nq, nd, seed=args.seed, with_vectors=not args.no_vectors, log=log)
+    out = []
+    if args.dataset in ("wordnet", "all"):
+        out.append(evaluate(nq, nd, seed=args.seed, with_vectors=not args.no_vectors, log=log))
+    if args.dataset in ("lee", "all"):
+        wheel = find_gensim_wheel(args.gensim_wheel)
+        if wheel is None:
+            log("lee: skipped; fetch the corpus with `pip download gensim --no-deps -d DIR` and pass "
+                "--gensim-wheel DIR/gensim-*.whl (or set MEMORY_CORE_GENSIM_WHEEL_DIR)")
+        else:
+            docs, queries = build_lee_dataset(wheel)
+            log(f"lee: {len(docs)} entries, {len(queries)} queries ({os.path.basename(wheel)})")
+            out.append(evaluate_dataset("lee", docs, queries, with_vectors=not args.no_vectors, log=log))
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(out, indent=2))
     return 0
 
 

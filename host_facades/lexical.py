@@ -799,7 +799,8 @@ def keyword_search_with_fallback(
     """``searchKeywordWithFallback``: the strict query, then (when thin) keyword probes.
 
     memory-core addition (``or_fallback``, on by default): before the per-keyword probes, one
-    BM25-ranked OR probe over the query terms plus the keywords; the per-keyword probes only run
+    BM25-ranked OR probe over all the query's keywords (up to 64, light-stem prefixes added); the
+    per-keyword probes (first 6 keywords) only run
     when it still leaves the pool thin. Upstream's per-term probes rank each term alone, so a
     conversational query lost the BM25 evidence that several terms co-occur.
     """
@@ -827,7 +828,10 @@ def keyword_search_with_fallback(
         return info
     sets = [hits]
     if or_fallback:
-        probe = keyword_search(conn, " ".join(terms), limit=limit, sources=sources, tokenizer=tokenizer,
+        # one query, so its cost is bounded without the 6-term cap of the per-term probes
+        whole = (query or "").strip().lower()
+        or_terms = [k for k in extract_keywords(query, tokenizer) if k != whole][:MAX_QUERY_TERMS] or terms
+        probe = keyword_search(conn, " ".join(or_terms), limit=limit, sources=sources, tokenizer=tokenizer,
                                ranking_query=query, match_any=True, exact_hits=exact["hits"])
         info["probes"].append({"or": probe["match_query"], "count": len(probe["hits"])})
         info["errors"].extend(probe["errors"])
