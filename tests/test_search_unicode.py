@@ -158,3 +158,21 @@ def test_property_any_text_returns_a_list(odd_engine, text):
         hits = engine.search(text, min_score=0.0)
         assert isinstance(hits, list)
         assert all(len(h.snippet) <= 700 for h in hits)
+
+
+def test_source_filter_and_orphaned_fts_rows(tmp_path):
+    db = build_index(tmp_path / "s.sqlite", [
+        {"id": "m", "path": "memory/a.md", "text": "alpha beta"},
+        {"id": "s", "path": "sessions/x.jsonl", "source": "sessions", "text": "alpha gamma"},
+    ])
+    import apsw
+
+    w = apsw.Connection(db)
+    w.execute("INSERT INTO memory_index_chunks_fts(rowid, text, id, path, source, model, start_line, end_line)"
+              " VALUES (999, 'alpha orphan', 'ghost', 'memory/g.md', 'memory', 'fts-only', 1, 1)")
+    w.close()
+    conn = open_readonly(db)
+    ids = {tuple(src): [h["id"] for h in lexical.body_search(conn, "alpha", limit=5, sources=src)["hits"]]
+           for src in (["memory"], ["sessions"], ["memory", "sessions"])}
+    assert ids == {("memory",): ["m"], ("sessions",): ["s"], ("memory", "sessions"): ["m", "s"]}
+    conn.close()
