@@ -113,3 +113,22 @@ def test_cli_get(ws, state_home, capsys):
         "# Memory\n\n[More content available. Use from=2 to continue.]", "truncated": True}
     assert main(["get", "../x.md", *args]) == 1
     assert "not an indexed memory file" in capsys.readouterr().err
+
+
+def test_bad_sources_and_paused_index(ws, state_home, tmp_path):
+    from memory_core.errors import IndexPaused, ProviderUnavailable
+    from memory_core.search.engine import SearchEngine
+
+    with _core(ws, state_home) as core:
+        core.index()
+        with pytest.raises(InvalidRequest, match="unknown source"):
+            core.search("falcon", sources=["bogus"])
+        paused = SearchEngine(core.config, core.db_path, None, identity_check=lambda: ["model", "chunkTokens"])
+        with pytest.raises(IndexPaused, match=r"\(model, chunkTokens\).*memory-core index --force"):
+            paused.search("falcon")
+        closed = SearchEngine(MemoryCoreConfig(provider="openai"), core.db_path, None)
+        with pytest.raises(ProviderUnavailable, match="openai"):
+            closed.search("falcon")
+        assert [h.path for h in closed.search("falcon", lexical_only=True)] == ["memory/projects.md"]
+        paused.close()
+        closed.close()
