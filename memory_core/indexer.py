@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -207,6 +207,11 @@ def run_sync(
             summary.unchanged += 1
         if force or full or indexed.get(e.source, {}).get(e.path) != e.hash:
             todo.append(e)
+    # From here on only the identities of the scanned entries are needed; each content lives in
+    # ``todo`` until it is chunked, so a large transcript's text is not held while publishing (H8).
+    scanned = [(e.source, e.path) for e in result.entries]
+    result = ScanResult(ok=result.ok, entries=[], problems=result.problems)
+    e = None  # the loop variable must not keep the last content alive either
 
     total = len(todo)
     done = 0
@@ -256,7 +261,8 @@ def run_sync(
 
     stream = prepared_stream(todo, cfg, max_input)
     with writer.bulk() if full else contextlib.nullcontext():
-        for idx, entry in enumerate(todo):
+        for idx in range(len(todo)):  # not enumerate(): its cached (idx, entry) tuple would keep the text alive
+            entry = todo[idx]
             try:
                 chunks = stream.get(idx) if stream is not None else prepare_entry(entry, cfg, max_input_bytes=max_input)
             except MemoryCoreError:
@@ -269,6 +275,7 @@ def run_sync(
                                  "message": f"could not chunk {entry.path}: {exc}; its previous rows were kept"})
                 done += 1
                 continue
+            entry = todo[idx] = replace(entry, content="", line_map=None)  # chunked: drop the text
             group.append((entry, chunks))
             group_chunks += len(chunks)
             if provider is None or group_chunks >= EMBED_GROUP_CHUNKS:
@@ -280,8 +287,8 @@ def run_sync(
     # keeps its rows (it is reported as a problem, not treated as deleted).
     if result.ok:
         present: dict[str, set[str]] = {s: set() for s in cfg.sources}
-        for e in result.entries:
-            present.setdefault(e.source, set()).add(e.path)
+        for source, path in scanned:
+            present.setdefault(source, set()).add(path)
         problem_paths = {p["path"] for p in problems}
         for source, hashes in indexed.items():
             for path, h in hashes.items():
@@ -300,7 +307,7 @@ def run_sync(
     summary.files = counts["files"]
     summary.chunks = counts["chunks"]
     summary.problems = problems[:MAX_RECORDED_PROBLEMS]
-    entry_paths = {e.path for e in result.entries}
+    entry_paths = {path for _, path in scanned}
     summary.skipped = len({p["path"] for p in problems if p["path"] not in entry_paths})
     if summary.failed:
         summary.error = f"{summary.failed} file(s) could not be indexed; see problems"
