@@ -84,7 +84,9 @@ class MemoryService:
     def _make_core(cfg: MemoryCoreConfig, agent_id: str) -> Any:
         from memory_core.core import MemoryCore
 
-        return MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
+        core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
+        core.freshness.start()  # H8: watcher, interval and startup catch-up while serving
+        return core
 
     def agent_config(self, agent_id: str) -> MemoryCoreConfig:
         return self.core(agent_id).config
