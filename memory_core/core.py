@@ -299,14 +299,23 @@ class MemoryCore:
 
     # ------------------------------------------------------------------ forget
     def forget_session(self, key: str) -> int:
-        """Tombstone a session transcript (``sessions/<file>.jsonl`` or its basename) and drop its rows."""
+        """Tombstone a session transcript (``sessions/<file>.jsonl`` or its basename) and drop its rows.
+
+        A memory file is refused (:class:`ForgetRefused`): its entries are removed by editing the file."""
+        from memory_core.forget_cli import session_index_path
+
+        session_index_path(key)  # raises ForgetRefused for memory files, InvalidRequest for an empty key
         name = key.strip().replace("\\", "/")
         base = name.rsplit("/", 1)[-1]
         if not base.endswith(".jsonl") and ".jsonl." not in base:
             base += ".jsonl"
         path = f"sessions/{base}"
         with self._lock:
-            return self.writer.forget_session(path)
+            removed = self.writer.forget_session(path)
+        fresh = self.__dict__.get("_freshness")
+        if fresh is not None:
+            fresh.forget_path(path)  # stop tracking the transcript's appends
+        return removed
 
     # ------------------------------------------------------------------ freshness (H8, memory_core/freshness.py)
     @property

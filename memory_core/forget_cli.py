@@ -45,9 +45,6 @@ def forget_session(core: Any, key: str) -> dict[str, Any]:
     """Forget one session through ``core``; returns ``{path, chunksRemoved, forgotten: True}``."""
     path = session_index_path(key)
     removed = core.forget_session(path)
-    fresh = getattr(core, "_freshness", None)
-    if fresh is not None:
-        fresh.forget_path(path)
     return {"path": path, "chunksRemoved": int(removed), "forgotten": True}
 
 

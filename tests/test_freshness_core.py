@@ -253,3 +253,13 @@ def test_a_targeted_sync_reads_only_the_dirty_files(served):
     (s.ws / "memory" / "gone.md").unlink()
     targeted = s.core.sync(reason="manual", paths=["memory/a.md", "memory/gone.md"])
     assert (targeted.problems, targeted.changed, targeted.removed, targeted.unchanged) == ([], 1, 1, 0)
+
+
+def test_memory_core_refuses_to_forget_a_memory_file(served):
+    s = served()
+    (s.ws / "MEMORY.md").write_text("keep me\n")
+    s.start()
+    for key in ("MEMORY.md", "memory/2026-01-01.md", "USER.md"):
+        with pytest.raises(ForgetRefused, match="memory files are not forgotten, they are edited"):
+            s.core.forget_session(key)
+    assert s.paths("keep") == ["MEMORY.md"]
