@@ -240,3 +240,29 @@ def test_similarity_matrix_matches_jaccard():
     m = ranking.similarity_matrix(sets)
     assert [[round(v, 6) for v in row] for row in m] == [
         [round(ranking.jaccard(a, b), 6) for b in sets] for a in sets]
+
+
+def test_chunks_removed_after_retrieval_drop_out():
+    from memory_core.search.engine import rank_results
+
+    kw_hits = [kw("kept", "memory/a.md", 0.9), kw("gone", "memory/b.md", 0.8)]
+    hits, _ = rank_results(mode="keyword", keyword_hits=kw_hits, vector_hits=None,
+                           metadata={"kept": {"importance": 10, "triggers": '["deploy"]', "project_key": None,
+                                              "provenance": None, "source_mtime": None}},
+                           opts=NO_MMR_NO_DECAY, max_results=5, min_score=0.0)
+    assert [(h.id, h.importance, h.triggers, round(h.score, 4)) for h in hits] == [
+        ("kept", 10, '["deploy"]', round(0.9 * 1.25, 4))]
+
+
+def test_session_mtime_decay_end_to_end(tmp_path):
+    day = ranking.DAY_MS
+    db = build_index(tmp_path / "d.sqlite", [
+        {"path": "sessions/old.jsonl", "source": "sessions", "text": "deploy notes old", "mtime_ms": NOW_2026_02_10 - 30 * day},
+        {"path": "sessions/new.jsonl", "source": "sessions", "text": "deploy notes new", "mtime_ms": NOW_2026_02_10},
+    ])
+    engine = SearchEngine(MemoryCoreConfig(sources=["memory", "sessions"]), db, now_ms=lambda: NOW_2026_02_10)
+    hits = engine.search("deploy notes", sources=["sessions"], min_score=0.0)
+    assert [h.path for h in hits] == ["sessions/new.jsonl", "sessions/old.jsonl"]
+    assert hits[1].score == pytest.approx(hits[0].score * 0.5, rel=1e-6)
+    assert hits[1].source_mtime == NOW_2026_02_10 - 30 * day
+    engine.close()

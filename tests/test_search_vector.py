@@ -144,3 +144,17 @@ def test_hybrid_engine_with_fake_embedder(tmp_path):
         assert top.vector_score == pytest.approx(float(emb.vector("cats purr") @ emb.vector("cats purr and sleep all day")), abs=1e-5)
         assert top.citation == "memory/cats.md#L1"
         engine.close()
+
+
+def test_rrf_fusion_through_the_engine(tmp_path):
+    emb = FakeEmbedder()
+    db = build_index(tmp_path / "r.sqlite", [
+        {"path": "memory/cats.md", "text": "cats purr and sleep all day"},
+        {"path": "memory/dogs.md", "text": "dogs bark at the mail carrier"},
+    ], embedder=emb)
+    cfg = MemoryCoreConfig(provider="fake", query={"hybrid": {"fusion": "rrf", "mmr": {"enabled": False}}})
+    engine = SearchEngine(cfg, db, emb)
+    hits = engine.search("cats purr", min_score=0.0)
+    assert hits[0].path == "memory/cats.md" and hits[0].score == pytest.approx(1.0)
+    assert all(h.score <= 1.0 for h in hits)
+    engine.close()
