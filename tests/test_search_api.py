@@ -132,3 +132,29 @@ def test_bad_sources_and_paused_index(ws, state_home, tmp_path):
         assert [h.path for h in closed.search("falcon", lexical_only=True)] == ["memory/projects.md"]
         paused.close()
         closed.close()
+
+
+def test_get_extra_paths_and_sessions(ws, tmp_path):
+    from memory_core.read_file import read_memory_file
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "note.md").write_text("extra note\nline two")
+    (extra / "data.txt").write_text("not markdown")
+    r = read_memory_file(str(ws), str(extra / "note.md"), extra_paths=[str(extra)], lines=1)
+    assert (r.text, r.path, r.next_from) == ("extra note\n\n[More content available. Use from=2 to continue.]",
+                                            str(extra / "note.md"), 2)
+    with pytest.raises(ReferenceNotFound):
+        read_memory_file(str(ws), str(extra / "data.txt"), extra_paths=[str(extra)])
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    (sessions / "s1.jsonl").write_text('{"a": 1}\n{"b": 2}')
+    indexed = {"sessions/s1.jsonl"}
+    r = read_memory_file(str(ws), "sessions/s1.jsonl", sessions_dir=str(sessions), is_indexed_session=indexed.__contains__,
+                         from_=2)
+    assert (r.text, r.from_, r.lines, r.truncated) == ('{"b": 2}', 2, 1, False)
+    with pytest.raises(ReferenceNotFound):  # not indexed
+        read_memory_file(str(ws), "sessions/s2.jsonl", sessions_dir=str(sessions), is_indexed_session=indexed.__contains__)
+    for bad in ("sessions/../x.jsonl", "sessions/a/b.jsonl"):  # traversal, even if the index claimed it
+        with pytest.raises(ReferenceNotFound):
+            read_memory_file(str(ws), bad, sessions_dir=str(sessions), is_indexed_session=lambda p: True)
