@@ -131,7 +131,8 @@ def find_gensim_wheel(explicit: str | None = None) -> str | None:
 
     if explicit:
         return explicit if os.path.isfile(explicit) else None
-    dirs = [os.environ.get("MEMORY_CORE_GENSIM_WHEEL_DIR", ""), cache_dir(), "/tmp/gensim_whl", os.getcwd()]
+    dirs = [os.environ.get("MEMORY_CORE_GENSIM_WHEEL_DIR", ""), cache_dir(),
+            os.path.expanduser("~/.cache/memory-core/gensim"), os.getcwd()]  # .ci/install-test-data
     for d in dirs:
         if d:
             found = sorted(glob.glob(os.path.join(d, "gensim-*.whl")))
