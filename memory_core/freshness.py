@@ -259,7 +259,7 @@ class Freshness:
             self.watcher.start()
         if catch_up:
             # Startup catch-up: compare on-disk size/mtime with the indexed rows (spec §1.3).
-            changed = self.reconcile(sessions_by_delta=False)
+            changed = self.reconcile(sessions_by_delta=False, reason="startup")
             if changed:
                 self._schedule(now=True)
         with self._cond:
@@ -437,7 +437,7 @@ class Freshness:
 
     # ------------------------------------------------------------------ cheap reconcile
 
-    def reconcile(self, *, sessions_by_delta: bool = True) -> list[str]:
+    def reconcile(self, *, sessions_by_delta: bool = True, reason: str = "reconcile") -> list[str]:
         """Stat the indexed sources and list the watched folders; mark what the watcher missed.
 
         Returns the paths found changed (absolute; ``"*"`` when the listing changed shape).
@@ -487,7 +487,7 @@ class Freshness:
             elif path not in current and verified.get(path) is not None:
                 changed.append(path)
         for path in changed:
-            self._mark(path, "reconcile")
+            self._mark(path, reason)
         with self._cond:
             # A successful listing plus stat of everything is a full enumeration: what it found
             # (including deletions) is now dirty, and targeted syncs publish and prune it.
@@ -565,11 +565,11 @@ class Freshness:
                 elif self._debounce_deadline is not None and now >= self._debounce_deadline:
                     self._debounce_deadline = None
                     if self._is_dirty_locked():
-                        job = _Job(paths=set(), reasons=["watch"], include_dirty=True)
+                        job = _Job(paths=set(), reasons=sorted(self._dirty_reasons) or ["watch"], include_dirty=True)
                 elif self._retry_deadline is not None and now >= self._retry_deadline:
                     self._retry_deadline = None
                     if self._is_dirty_locked():
-                        job = _Job(paths=set(), reasons=["retry"], include_dirty=True)
+                        job = _Job(paths=set(), reasons=["retry", *sorted(self._dirty_reasons)], include_dirty=True)
                 elif self._next_interval is not None and now >= self._next_interval:
                     self._next_interval = now + self.settings.interval_minutes * 60
                     job = _Job(paths=None, reasons=["interval"], include_dirty=True)
