@@ -174,6 +174,7 @@ class Freshness:
         self._thread: threading.Thread | None = None
         self._bootstrapped = False
         self._last_reconcile = 0.0
+        self._reconcile_due = False
         self._last_enumeration: float | None = None  # last full listing: a full sync or a cheap reconcile
         self._watcher_was_dead = False
 
@@ -185,6 +186,7 @@ class Freshness:
         self.last_full_sync_at: float | None = None       # monotonic
         self.last_full_sync_wall: float | None = None
         self.sync_count = 0
+        self.last_reconcile_at: float | None = None
         self.sync_log: deque[dict] = deque(maxlen=200)
 
     # ------------------------------------------------------------------ construction from MemoryCore
@@ -221,7 +223,10 @@ class Freshness:
             return core.sync(reason=reason, force=force, paths=rel)
 
         def paused_fn() -> str | None:
-            state = core.identity_state()
+            try:
+                state = core.identity_state()
+            except Exception:  # noqa: BLE001 - unreadable meta (e.g. mid-swap) is not a pause; search reports it
+                return None
             if state.get("state") == "mismatch":
                 changed = ", ".join(state.get("mismatch") or []) or "settings"
                 return f"the index was built with different settings ({changed} changed); search is paused"
@@ -446,6 +451,7 @@ class Freshness:
         dirty). Transcripts with ``sessions_by_delta`` go through the delta thresholds instead.
         """
         self._last_reconcile = time.monotonic()
+        self.last_reconcile_at = time.time()
         try:
             indexed = self._indexed_fn()
             memory, sessions = self._list_fn()
@@ -551,6 +557,13 @@ class Freshness:
             if job is _HEALTH:
                 self._health_tick()
                 continue
+            if job is _RECONCILE:
+                try:
+                    if self.reconcile(sessions_by_delta=True):
+                        self._schedule(now=self.settings.on_search)
+                except Exception:  # noqa: BLE001
+                    log.exception("memory reconcile failed")
+                continue
             self._run_job(job)
 
     def _next_job(self) -> Any:
@@ -566,6 +579,9 @@ class Freshness:
                     self._debounce_deadline = None
                     if self._is_dirty_locked():
                         job = _Job(paths=set(), reasons=sorted(self._dirty_reasons) or ["watch"], include_dirty=True)
+                elif self._reconcile_due:
+                    self._reconcile_due = False
+                    return _RECONCILE
                 elif self._retry_deadline is not None and now >= self._retry_deadline:
                     self._retry_deadline = None
                     if self._is_dirty_locked():
@@ -707,8 +723,17 @@ class Freshness:
         """
         restarted = self.check_watcher()
         healthy = self.watcher is not None and self.watcher.healthy() and not restarted
-        if not healthy or time.monotonic() - self._last_reconcile >= self.settings.reconcile_min_interval_s:
+        if not healthy:
+            # No watcher (or it just died): only a reconcile can tell whether this answer is stale.
             self.reconcile(sessions_by_delta=True)
+        elif time.monotonic() - self._last_reconcile >= self.settings.reconcile_min_interval_s:
+            # The watcher is up: re-check for missed events in the background, at most once per
+            # interval, so searches do not pay for a listing.
+            self._last_reconcile = time.monotonic()
+            self._ensure_thread()
+            with self._cond:
+                self._reconcile_due = True
+                self._cond.notify_all()
         if not self._bootstrapped:
             try:
                 indexed = self._indexed_fn()
@@ -805,6 +830,7 @@ class Freshness:
                 "lastSyncError": self.last_sync_error,
                 "lastSyncErrorAt": self.last_sync_error_at,
                 "lastFullSyncAt": self.last_full_sync_wall,
+                "lastReconcileAt": self.last_reconcile_at,
                 "syncCount": self.sync_count,
                 "sessionDeltas": {self._display(p): v for p, v in self.session_deltas().items()},
                 "watcher": self.watcher.status() if self.watcher is not None else {"state": "disabled"},
@@ -827,6 +853,7 @@ class Freshness:
 
 
 _HEALTH = object()
+_RECONCILE = object()
 
 
 def _same(row: tuple[float | None, int | None], st: tuple[float, int]) -> bool:

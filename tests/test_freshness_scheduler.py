@@ -411,3 +411,42 @@ def test_extra_paths_are_watched(tmp_path):
         assert {e.path for e in seen} == {str(notes / "sub" / "n.md"), str(single)}
     finally:
         w.stop()
+
+
+def test_a_search_does_not_wait_for_the_dirty_sync(tmp_path, closer):
+    ws, idx, fr = make(tmp_path, watch=False, delay=1.0)
+    (ws / "memory" / "a.md").write_text("alpha")
+    closer(fr)
+    fr.sync_now(None, reason="init")
+    (ws / "memory" / "a.md").write_text("alpha beta")
+    t0 = time.monotonic()
+    stale = fr.before_search()
+    assert time.monotonic() - t0 < 0.3
+    assert stale["stale"] is True and idx.search("beta") == []
+    assert fr.status()["syncRunning"] or fr.status()["syncQueued"]
+    assert fr.wait_idle(3) and idx.search("beta") == ["memory/a.md"]
+    assert fr.before_search() is None
+
+
+def test_with_a_healthy_watcher_the_search_reconcile_runs_in_the_background(tmp_path, closer):
+    ws, idx, fr = make(tmp_path, debounce_ms=50, reconcile_min_interval_s=0.0)
+    (ws / "memory" / "a.md").write_text("alpha")
+    closer(fr.start())
+    assert fr.wait_idle(2)
+    listing = idx.list_files
+
+    def slow_listing():
+        time.sleep(0.5)
+        return listing()
+
+    idx.list_files = slow_listing
+    fr._list_fn = slow_listing  # noqa: SLF001 - a slow file system
+    before = fr.status()["lastReconcileAt"]
+    t0 = time.monotonic()
+    assert fr.before_search() is None
+    assert time.monotonic() - t0 < 0.2  # the search did not list the folders itself
+    assert wait_for(lambda: fr.status()["lastReconcileAt"] != before, 2)
+    fr.watcher.kill()
+    t0 = time.monotonic()
+    fr.before_search()
+    assert time.monotonic() - t0 >= 0.5  # no healthy watcher: the reconcile runs before answering
