@@ -35,15 +35,14 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-WORDS = ("harbor lantern meadow copper violet summit orchard pebble falcon cedar ember glacier canyon "
-         "willow thistle granite marble saffron juniper quartz tundra delta prairie coral birch").split()
+WORDS = ["harbor", "lantern", "meadow", "copper", "violet", "summit", "orchard", "pebble", "falcon", "cedar", "ember", "glacier", "canyon", "willow", "thistle", "granite", "marble", "saffron", "juniper", "quartz", "tundra", "delta", "prairie", "coral", "birch"]
 
 
 def _pct(values: Sequence[float], q: float) -> float:
     s = sorted(values)
     if not s:
         return float("nan")
-    k = min(len(s) - 1, max(0, int(round(q / 100 * (len(s) - 1)))))
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
     return s[k]
 
 

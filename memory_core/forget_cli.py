@@ -74,7 +74,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     if args.debounce_ms is not None:
         overrides["watch_debounce_ms"] = args.debounce_ms
     fresh = Freshness.for_core(core, FreshnessSettings.from_config(core.config, watch=True, **overrides))
-    core._freshness = fresh  # noqa: SLF001 - so MemoryCore.search/status see this scheduler
+    core._freshness = fresh
     fresh.start()
     print(f"Watching {core.workspace} (agent {core.agent_id}); Ctrl-C to stop", file=sys.stderr)
     seen = 0

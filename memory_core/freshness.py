@@ -20,9 +20,10 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from memory_core.watcher import (
     KIND_MEMORY,
@@ -63,16 +64,16 @@ class FreshnessSettings:
     retry_backoff_s: tuple[float, float] = (2.0, 300.0)
 
     @classmethod
-    def from_config(cls, config: Any, **overrides: Any) -> "FreshnessSettings":
+    def from_config(cls, config: Any, **overrides: Any) -> FreshnessSettings:
         sync = config.sync
-        values = dict(
-            watch=bool(sync.watch),
-            watch_debounce_ms=int(sync.watch_debounce_ms),
-            interval_minutes=float(sync.interval_minutes or 0),
-            on_search=bool(sync.on_search),
-            delta_bytes=int(sync.sessions.delta_bytes),
-            delta_messages=int(sync.sessions.delta_messages),
-        )
+        values: dict[str, Any] = {
+            "watch": bool(sync.watch),
+            "watch_debounce_ms": int(sync.watch_debounce_ms),
+            "interval_minutes": float(sync.interval_minutes or 0),
+            "on_search": bool(sync.on_search),
+            "delta_bytes": int(sync.sessions.delta_bytes),
+            "delta_messages": int(sync.sessions.delta_messages),
+        }
         values.update(overrides)
         return cls(**values)
 
@@ -192,7 +193,7 @@ class Freshness:
     # ------------------------------------------------------------------ construction from MemoryCore
 
     @classmethod
-    def for_core(cls, core: Any, settings: FreshnessSettings | None = None) -> "Freshness":
+    def for_core(cls, core: Any, settings: FreshnessSettings | None = None) -> Freshness:
         """A scheduler over a :class:`memory_core.core.MemoryCore` (its sync, writer and sources)."""
         from memory_core import sources as src
 
@@ -247,7 +248,7 @@ class Freshness:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, *, watch: bool | None = None, catch_up: bool = True) -> "Freshness":
+    def start(self, *, watch: bool | None = None, catch_up: bool = True) -> Freshness:
         """Start the scheduler thread, the watcher (``sync.watch``) and the startup catch-up."""
         self._ensure_thread()
         now = time.monotonic()
@@ -345,7 +346,7 @@ class Freshness:
         if self._on_dirty is not None:
             try:
                 self._on_dirty(self.is_dirty())
-            except Exception:  # noqa: BLE001 - a status mirror must never break scheduling
+            except Exception:
                 log.exception("freshness on_dirty hook failed")
 
     # ------------------------------------------------------------------ session deltas
@@ -488,9 +489,7 @@ class Freshness:
                 continue
             changed.append(path)
         for path in indexed:
-            if path not in current and path not in verified:
-                changed.append(path)
-            elif path not in current and verified.get(path) is not None:
+            if path not in current and path not in verified or path not in current and verified.get(path) is not None:
                 changed.append(path)
         for path in changed:
             self._mark(path, reason)
@@ -561,7 +560,7 @@ class Freshness:
                 try:
                     if self.reconcile(sessions_by_delta=True):
                         self._schedule(now=self.settings.on_search)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("memory reconcile failed")
                 continue
             self._run_job(job)
@@ -698,7 +697,7 @@ class Freshness:
             self.check_watcher()
             if self.reconcile(sessions_by_delta=True):
                 self._schedule()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("memory freshness health check failed")
 
     # ------------------------------------------------------------------ search hooks
@@ -892,9 +891,9 @@ def _read_index_rows(db_path: str, what: str) -> list[tuple]:
     read-only connection: never the writer's, which a full reindex closes and swaps."""
     if not os.path.exists(db_path):
         return []
-    from host_facades.engine_knn import open_readonly
-
     import apsw
+
+    from host_facades.engine_knn import open_readonly
 
     conn = open_readonly(db_path, load_vec=False)
     try:

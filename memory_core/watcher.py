@@ -18,8 +18,8 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 import watchfiles
 
@@ -62,7 +62,7 @@ class WatchTargets:
     sessions_dir: str | None = None
 
     @classmethod
-    def build(cls, workspace: str, extra_paths: Iterable[str | dict] = (), sessions_dir: str | None = None) -> "WatchTargets":
+    def build(cls, workspace: str, extra_paths: Iterable[str | dict] = (), sessions_dir: str | None = None) -> WatchTargets:
         ws = os.path.abspath(workspace)
         dirs = [os.path.join(ws, "memory")]
         files = [os.path.join(ws, name) for name in ROOT_MEMORY_FILES]
@@ -370,7 +370,7 @@ class MemoryWatcher:
                 if self._on_restart is not None:
                     try:
                         self._on_restart("error")
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         log.exception("memory watcher on_restart hook failed")
                 if not group.roots:
                     break

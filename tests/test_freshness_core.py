@@ -43,7 +43,7 @@ class Served:
         self.settings = FreshnessSettings.from_config(self.cfg, **settings)
         self.core: MemoryCore | None = None
 
-    def start(self) -> "Served":
+    def start(self) -> Served:
         from memory_core.freshness import Freshness
 
         self.core = MemoryCore(str(self.ws), config=self.cfg)
@@ -97,7 +97,7 @@ def test_edit_create_delete_rename_are_searchable_within_debounce_plus_1s(served
         t0 = time.monotonic()
         act()
         # watch for the index (not the scheduler) to reflect the change; no search-triggered syncs
-        assert wait_for(lambda: sorted({h.path for h in s.engine.search(word, min_score=0.0)}) == expected, 1.2), word
+        assert wait_for(lambda word=word, expected=expected: sorted({h.path for h in s.engine.search(word, min_score=0.0)}) == expected, 1.2), word
         assert time.monotonic() - t0 < 0.2 + 1.0
     assert s.fresh.status()["watcher"]["state"] == "running"
     assert s.search("Marmalade") == (["MEMORY.md"], None)
@@ -164,7 +164,7 @@ def test_a_killed_watcher_is_detected_at_the_next_search(served):
     assert s.core.status()["freshness"]["watcher"]["state"] == "dead"
     (s.ws / "memory" / "notes.md").write_text("the meeting moved to Thursday afternoon\n")
     time.sleep(0.6)
-    paths, stale = s.search("Thursday")
+    _paths, stale = s.search("Thursday")
     assert stale == {"stale": True, "warning": "Memory index is dirty. Search results may be incomplete.",
                      "action": "Run: memory-core index --agent main"}
     assert s.fresh.status()["watcher"]["state"] == "running"

@@ -232,7 +232,7 @@ def test_edit_create_delete_rename_reach_the_index_within_debounce(tmp_path, clo
     for act, word, expected in steps:
         t0 = time.monotonic()
         act()
-        assert wait_for(lambda: idx.search(word) == expected, 1.2), (word, idx.search(word))
+        assert wait_for(lambda word=word, expected=expected: idx.search(word) == expected, 1.2), word
         assert time.monotonic() - t0 <= 0.2 + 1.0
     assert all(call[0] is not None for call in idx.calls[1:]), idx.calls  # targeted, not full
 
@@ -254,7 +254,7 @@ def test_a_burst_of_1000_edits_causes_a_few_syncs(tmp_path, closer):
 
 
 def test_transcript_appends_follow_the_delta_thresholds(tmp_path, closer):
-    ws, idx, fr = make(tmp_path, debounce_ms=100, sessions=True, delta_messages=50, delta_bytes=100_000)
+    _ws, idx, fr = make(tmp_path, debounce_ms=100, sessions=True, delta_messages=50, delta_bytes=100_000)
     t = idx.sessions_dir / "s1.jsonl"
     line = json.dumps({"type": "message", "message": {"role": "user", "content": "hello"}}) + "\n"
     t.write_text(line)
@@ -284,7 +284,7 @@ def test_transcript_appends_follow_the_delta_thresholds(tmp_path, closer):
 
 
 def test_archives_and_byte_threshold_sync_at_once(tmp_path, closer):
-    ws, idx, fr = make(tmp_path, debounce_ms=100, sessions=True, delta_bytes=1000)
+    _ws, idx, fr = make(tmp_path, debounce_ms=100, sessions=True, delta_bytes=1000)
     closer(fr.start())
     fr.wait_idle(2)
     arch = idx.sessions_dir / "old.jsonl.reset.2026-01-01T00-00-00.000Z"
@@ -328,7 +328,7 @@ def test_search_on_an_empty_index_forces_a_waited_sync(tmp_path, closer):
 
 
 def test_concurrent_requests_join_the_running_sync(tmp_path, closer):
-    ws, idx, fr = make(tmp_path, watch=False, delay=0.3)
+    _ws, idx, fr = make(tmp_path, watch=False, delay=0.3)
     closer(fr)
     first = fr.request_sync(None, reason="a", include_dirty=False)
     time.sleep(0.1)
@@ -359,7 +359,7 @@ def test_a_failed_sync_is_reported_and_retried(tmp_path, closer):
 
 
 def test_reconcile_finds_what_no_watcher_saw(tmp_path, closer):
-    ws, idx, fr = make(tmp_path, watch=False)
+    ws, _idx, fr = make(tmp_path, watch=False)
     (ws / "memory" / "a.md").write_text("one")
     (ws / "memory" / "b.md").write_text("two")
     closer(fr)
@@ -373,7 +373,7 @@ def test_reconcile_finds_what_no_watcher_saw(tmp_path, closer):
 
 
 def test_interval_runs_full_syncs(tmp_path, closer):
-    ws, idx, fr = make(tmp_path, watch=False, interval_minutes=0.25 / 60)
+    _ws, idx, fr = make(tmp_path, watch=False, interval_minutes=0.25 / 60)
     closer(fr.start())
     assert wait_for(lambda: len([c for c in idx.calls if c[1] == "interval"]) >= 2, 2)
     assert all(c[0] is None for c in idx.calls if c[1] == "interval")
@@ -440,7 +440,7 @@ def test_with_a_healthy_watcher_the_search_reconcile_runs_in_the_background(tmp_
         return listing()
 
     idx.list_files = slow_listing
-    fr._list_fn = slow_listing  # noqa: SLF001 - a slow file system
+    fr._list_fn = slow_listing
     before = fr.status()["lastReconcileAt"]
     t0 = time.monotonic()
     assert fr.before_search() is None
