@@ -367,32 +367,45 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
         before = db_identity(db_path)
         conn = ctx.reader(db_path, before)
         try:
+            swapped = False
             with read_snapshot(conn) as revision:
                 after = db_identity(db_path)
-                if after != before:  # the file was swapped (atomic reindex) while we opened it
-                    ctx.drop_reader(db_path)
-                    continue
-                env = {"db_id": after, "revision": revision, "db_path": db_path}
-                ctx.cache.retain(after, set(payload.get("keep", ())) | {revision})
-                _hold(payload.get("hold"))
-                results = []
-                for op in ops:
-                    fn = OPS.get(op.get("op", ""))
-                    if fn is None:
-                        raise TaskError("invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
-                    results.append(fn(conn, op, ctx, env))
-                meta_spec = payload.get("metadata")
-                metadata: dict[str, dict] = {}
-                if meta_spec == "hits":
-                    ids = [i for r in results for i in _hit_ids(r)]
-                    metadata = read_metadata(conn, ids)
-                elif meta_spec:
-                    metadata = read_metadata(conn, list(meta_spec))
+                # The file was swapped (atomic reindex) while we opened it: end the read
+                # transaction first, then drop the handle (closing it inside would fail the COMMIT).
+                swapped = after != before
+                if swapped:
+                    results, metadata = [], {}
+                else:
+                    results, metadata = _run_ops(conn, ctx, payload, ops, after, revision, db_path)
+            if swapped:
+                ctx.drop_reader(db_path)
+                continue
             return {"revision": revision, "db_id": after, "results": results, "metadata": metadata}
         except BaseException:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
             raise
     raise TaskError("unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
+
+
+def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, revision: int, db_path: str):
+    """All reads of one retrieval task, inside the caller's read transaction."""
+    env = {"db_id": db_id, "revision": revision, "db_path": db_path}
+    ctx.cache.retain(db_id, set(payload.get("keep", ())) | {revision})
+    _hold(payload.get("hold"))
+    results = []
+    for op in ops:
+        fn = OPS.get(op.get("op", ""))
+        if fn is None:
+            raise TaskError("invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
+        results.append(fn(conn, op, ctx, env))
+    meta_spec = payload.get("metadata")
+    metadata: dict[str, dict] = {}
+    if meta_spec == "hits":
+        ids = [i for r in results for i in _hit_ids(r)]
+        metadata = read_metadata(conn, ids)
+    elif meta_spec:
+        metadata = read_metadata(conn, list(meta_spec))
+    return results, metadata
 
 
 # --- indexing (chunk preparation from an immutable content snapshot) ---------------------------
