@@ -803,7 +803,7 @@ def keyword_search_with_fallback(
     memory-core addition (``or_fallback``, on by default): before the per-keyword probes, one
     BM25-ranked OR probe over all the query's keywords (up to 64, light-stem prefixes added); the
     per-keyword probes (first 6 keywords) only run
-    when it still leaves the pool thin. Upstream's per-term probes rank each term alone, so a
+    when the OR probe could not run cleanly and the pool is still thin. Upstream's per-term probes rank each term alone, so a
     conversational query lost the BM25 evidence that several terms co-occur.
     """
     limit = max(1, int(limit))
@@ -838,7 +838,11 @@ def keyword_search_with_fallback(
         info["probes"].append({"or": probe["match_query"], "count": len(probe["hits"])})
         info["errors"].extend(probe["errors"])
         sets.append(probe["hits"])
-    if not or_fallback or sum(1 for h in merge_keyword_hits(sets) if h["exact"] == 0) < limit:
+    # An OR probe that ran cleanly already found every row holding any keyword (up to ``limit``):
+    # per-term probes would only re-find those rows with single-term BM25 scores that ignore the
+    # other query words, letting one incidental word outrank rows that match several.
+    or_complete = or_fallback and not probe["errors"]
+    if not or_complete and sum(1 for h in merge_keyword_hits(sets) if h["exact"] == 0) < limit:
         for term in terms:
             probe = keyword_search(conn, term, limit=limit, sources=sources, tokenizer=tokenizer,
                                    ranking_query=query, exact_hits=exact["hits"])
