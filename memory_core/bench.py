@@ -2,8 +2,8 @@
 
 Each benchmark module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and its docstring's
 first line is the help text. ``BENCHMARKS`` maps names to modules; a module that is not present
-(yet) adds nothing. Benchmarks are run from a source checkout: when ``benchmarks`` is not importable
-the checkout next to this package (or the current directory) is put on ``sys.path``.
+(yet) adds nothing. ``benchmarks`` ships with the distribution; in a source checkout that is not
+installed, the checkout next to this package (or the current directory) is put on ``sys.path``.
 """
 
 from __future__ import annotations
