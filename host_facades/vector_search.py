@@ -5,9 +5,15 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
 
 - ``sqlite-vec``: ``vec0`` KNN (``MATCH ? AND k = ?``, k = min(8 x limit, 4096)), widening to
   k = min(total, 4096), then the scan fallback when the cap hides the model's chunks;
-- ``numpy``: cosine over the canonical float32 BLOBs (a matrix cached per database revision);
-- ``faiss``: ``IndexFlatIP`` over the same L2-normalised vectors (cached per revision);
+- ``numpy``: cosine over the canonical float32 BLOBs (a matrix cached per database generation);
+- ``faiss``: faiss candidates (an fp16 scalar-quantizer index from 20k rows, ``IndexFlatIP`` below)
+  rescored exactly from the same float32 matrix;
 - ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required.
+
+numpy and faiss are ``host_facades.engine_knn.VectorState.search`` on the per-generation state of
+``engine_knn.PROCESS_CACHE`` - the same code workers run on their own cache, so in-process and
+pooled searches return identical ``(id, score)`` lists. The cache keeps only the newest generation
+per database file (plus whatever searches in flight still hold).
 
 :func:`cosine_scan` is the upstream 256-row batched scan (§5.3) and needs no cache.
 """
@@ -15,7 +21,6 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -220,97 +225,36 @@ def sqlite_vec_knn(
 
 
 # ---------------------------------------------------------------------------------------------
-# In-memory exact backends (numpy, faiss), cached per (database, revision, model, sources)
+# In-memory exact backends (numpy, faiss): host_facades.engine_knn's per-generation VectorState
 # ---------------------------------------------------------------------------------------------
-
-_CACHE_LOCK = threading.Lock()
-_MATRIX_CACHE: dict[tuple, tuple[list[str], np.ndarray, Any]] = {}
-_CACHE_MAX = 4
-
-
-def _revision(conn: apsw.Connection) -> int:
-    row = conn.execute("SELECT revision FROM memory_index_state WHERE id = 1").fetchone()
-    return int(row[0]) if row else 0
+# One implementation for in-process and pooled searches: the state (matrix + faiss index) comes
+# from engine_knn.PROCESS_CACHE here and from the worker's DerivedStateCache in workers/tasks.py;
+# both search with VectorState.search (fp16 candidates + exact float32 rescoring, see engine_knn).
 
 
-def _load_matrix(conn: apsw.Connection, model, sources, dims: int) -> tuple[list[str], np.ndarray]:
-    filt, params = _filter_sql(model, sources)
-    ids: list[str] = []
-    blobs: list[bytes] = []
-    for cid, blob in conn.execute(
-        f"SELECT c.id, c.embedding FROM memory_index_chunks c WHERE length(c.embedding) = ?{filt}"
-        " ORDER BY c.chunk_rowid",
-        [dims * 4, *params],
-    ):
-        ids.append(cid)
-        blobs.append(blob)
-    if not blobs:
-        return ids, np.zeros((0, dims), dtype=np.float32)
-    mat = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dims).astype(np.float32)
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return ids, np.ascontiguousarray(mat / norms)
+def _state(conn: apsw.Connection, model, db_id: str | None):
+    from host_facades import engine_knn
 
-
-def _cached(conn: apsw.Connection, model, sources, dims: int, backend: str):
-    key = (conn.filename, _revision(conn), str(model), tuple(sources or ()), dims, backend)
-    with _CACHE_LOCK:
-        hit = _MATRIX_CACHE.get(key)
-    if hit is not None:
-        return hit
-    ids, mat = _load_matrix(conn, model, sources, dims)
-    index = None
-    if backend == "faiss" and len(ids):
-        import faiss
-
-        index = faiss.IndexFlatIP(dims)
-        index.add(mat)
-        mat = np.zeros((0, dims), dtype=np.float32)  # faiss holds its own copy
-    entry = (ids, mat, index)
-    with _CACHE_LOCK:
-        for old in [k for k in _MATRIX_CACHE if k[0] == key[0] and k[1] != key[1]]:
-            del _MATRIX_CACHE[old]  # a newer generation replaces older ones of the same file
-        while len(_MATRIX_CACHE) >= _CACHE_MAX:
-            del _MATRIX_CACHE[next(iter(_MATRIX_CACHE))]
-        _MATRIX_CACHE[key] = entry
-    return entry
+    return engine_knn.process_state(conn, model, db_id)
 
 
 def clear_cache() -> None:
-    with _CACHE_LOCK:
-        _MATRIX_CACHE.clear()
+    """Forget every in-process vector state (tests, benchmarks)."""
+    from host_facades import engine_knn
+
+    engine_knn.PROCESS_CACHE.drop_database(None)
 
 
-def _top_k(scores: np.ndarray, ids: list[str], limit: int) -> list[tuple[str, float]]:
-    n = scores.shape[0]
-    if n == 0:
-        return []
-    k = min(limit, n)
-    part = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
-    order = sorted(part.tolist(), key=lambda i: (-float(scores[i]), i))
-    return [(ids[i], float(scores[i])) for i in order]
-
-
-def numpy_knn(conn, qvec, *, limit: int, model=None, sources=None) -> list[tuple[str, float]]:
+def numpy_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | None = None) -> list[tuple[str, float]]:
+    """Exact cosine top-``limit`` by a numpy scan of the generation's float32 matrix."""
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-    ids, mat, _ = _cached(conn, model, sources, q.size, "numpy")
-    if not ids:
-        return []
-    qn = q / float(np.linalg.norm(q))
-    return _top_k(mat @ qn, ids, max(1, int(limit)))
+    return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=True)
 
 
-def faiss_knn(conn, qvec, *, limit: int, model=None, sources=None) -> list[tuple[str, float]]:
+def faiss_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | None = None) -> list[tuple[str, float]]:
+    """Exact cosine top-``limit``: faiss candidates (fp16 from 20k rows, else flat) rescored exactly."""
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-    ids, _, index = _cached(conn, model, sources, q.size, "faiss")
-    if not ids:
-        return []
-    qn = (q / float(np.linalg.norm(q))).reshape(1, -1)
-    k = min(max(1, int(limit)), len(ids))
-    scores, idx = index.search(qn, k)
-    pairs = [(int(i), float(s)) for s, i in zip(scores[0], idx[0]) if i >= 0]
-    pairs.sort(key=lambda t: (-t[1], t[0]))
-    return [(ids[i], s) for i, s in pairs]
+    return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=not HAVE_FAISS)
 
 
 def resolve_backend(conn: apsw.Connection, backend: str = "auto") -> str:
@@ -334,11 +278,13 @@ def knn_prepare(
     model: str | Sequence[str] | None = None,
     sources: Sequence[str] | None = None,
     backend: str = "auto",
+    db_id: str | None = None,
 ) -> Callable[[], list[tuple[str, float]]] | None:
     """For the in-memory backends: a callable computing ``(id, score)`` pairs without touching
     ``conn`` (faiss and numpy release the GIL, so it can run in a thread while the keyword
     retriever uses the connection). None when the backend needs the connection (sqlite-vec, scan)
     or the query vector is all zeros. Rows are attached afterwards with :func:`load_rows`.
+    ``db_id`` is the ``dev:inode`` identity of the file ``conn`` has open (stat'ed when omitted).
     """
     if is_zero_vector(qvec):
         return None
@@ -346,19 +292,11 @@ def knn_prepare(
     if used not in ("faiss", "numpy"):
         return None
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-    ids, mat, index = _cached(conn, model, sources, q.size, used)
+    state = _state(conn, model, db_id)  # built/loaded now, inside the caller's read transaction
+    state.for_sources(sources or None)
     limit = max(1, int(limit))
-    if not ids:
-        return lambda: []
-    qn = q / float(np.linalg.norm(q))
-    if used == "faiss":
-        def run_faiss() -> list[tuple[str, float]]:
-            scores, idx = index.search(qn.reshape(1, -1), min(limit, len(ids)))
-            pairs = sorted(((int(i), float(sc)) for sc, i in zip(scores[0], idx[0]) if i >= 0),
-                           key=lambda t: (-t[1], t[0]))
-            return [(ids[i], sc) for i, sc in pairs]
-        return run_faiss
-    return lambda: _top_k(mat @ qn, ids, limit)
+    exact = used == "numpy"
+    return lambda: state.search(q, limit, sources=sources or None, exact=exact)
 
 
 def knn_search(
@@ -369,8 +307,10 @@ def knn_search(
     model: str | Sequence[str] | None = None,
     sources: Sequence[str] | None = None,
     backend: str = "auto",
+    db_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Top-``limit`` chunks by cosine similarity to ``qvec``; an all-zero vector returns []."""
+    """Top-``limit`` chunks by cosine similarity to ``qvec``; an all-zero vector returns [].
+    ``db_id``: see :func:`knn_prepare`."""
     if is_zero_vector(qvec):
         return []
     used = resolve_backend(conn, backend)
@@ -382,5 +322,5 @@ def knn_search(
     if used == "scan":
         return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)
     if used == "faiss":
-        return load_rows(conn, faiss_knn(conn, qvec, limit=limit, model=model, sources=sources))
-    return load_rows(conn, numpy_knn(conn, qvec, limit=limit, model=model, sources=sources))
+        return load_rows(conn, faiss_knn(conn, qvec, limit=limit, model=model, sources=sources, db_id=db_id))
+    return load_rows(conn, numpy_knn(conn, qvec, limit=limit, model=model, sources=sources, db_id=db_id))

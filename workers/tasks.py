@@ -239,12 +239,11 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     if backend not in ("auto", "faiss", "numpy"):
         raise TaskError("invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
     model = op.get("model")
-    key = (env["db_id"], env["revision"], "" if model is None else str(model))
+    key = (env["db_id"], env["revision"], engine_knn.model_key(model))
     state = ctx.cache.get_or_build(conn, key)
-    if backend == "numpy" and state.index is not None:
-        state = engine_knn.VectorState(state.key, state.ids, state.sources, state.matrix, None)
     sources = op.get("sources")
-    pairs = state.search(q, int(op["limit"]), sources=list(sources) if sources else None)
+    # the same VectorState.search as in-process searches (host_facades.vector_search): identical results
+    pairs = state.search(q, int(op["limit"]), sources=list(sources) if sources else None, exact=backend == "numpy")
     if op.get("rows"):  # the row shape of host_facades.vector_search.knn_search
         from host_facades.vector_search import load_rows
 

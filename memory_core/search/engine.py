@@ -27,7 +27,7 @@ import numpy as np
 
 from host_facades import lexical, vector_search
 from host_facades.engine_knn import open_readonly, read_snapshot
-from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
+from memory_core.errors import IndexBusy, IndexPaused, InvalidRequest, ProviderUnavailable
 from memory_core.search import ranking
 from memory_core.search.types import Candidate, SearchHit
 
@@ -73,11 +73,12 @@ def retrieve_keyword(conn: apsw.Connection, params: SearchParams) -> dict[str, A
     )
 
 
-def retrieve_vector(conn: apsw.Connection, params: SearchParams, query_vector: Sequence[float]) -> list[dict[str, Any]]:
-    """Vector retriever (§5); an all-zero vector returns []."""
+def retrieve_vector(conn: apsw.Connection, params: SearchParams, query_vector: Sequence[float], *,
+                    db_id: str | None = None) -> list[dict[str, Any]]:
+    """Vector retriever (§5); an all-zero vector returns []. ``db_id``: identity of conn's file."""
     return vector_search.knn_search(
         conn, np.asarray(query_vector, dtype=np.float32), limit=params.candidates, model=params.model,
-        sources=list(params.sources), backend=params.backend,
+        sources=list(params.sources), backend=params.backend, db_id=db_id,
     )
 
 
@@ -277,9 +278,25 @@ class SearchEngine:
             return None
         if self._conn is None or ident != self._conn_ident:
             self.close()
-            self._conn = open_readonly(self.db_path)
+            conn = None
+            for _attempt in range(3):
+                conn = open_readonly(self.db_path)
+                after = self._file_ident()
+                if after == ident:
+                    break
+                conn.close()  # swapped while opening: the identity must name the file conn has open
+                conn, ident = None, after
+                if ident is None:
+                    return None
+            if conn is None:
+                raise IndexBusy(f"the index file {self.db_path} kept being replaced while opening it; search again")
+            self._conn = conn
             self._conn_ident = ident
         return self._conn
+
+    def _db_id(self) -> str | None:
+        """``dev:inode`` of the file the cached reader has open (keys the in-process vector state)."""
+        return None if self._conn_ident is None else f"{self._conn_ident[0]}:{self._conn_ident[1]}"
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -417,7 +434,7 @@ class SearchEngine:
                     # faiss/numpy need no connection: run them on a thread next to the keyword SQL
                     vector_job = vector_search.knn_prepare(
                         conn, np.asarray(qvec, dtype=np.float32), limit=params.candidates, model=params.model,
-                        sources=list(params.sources), backend=params.backend)
+                        sources=list(params.sources), backend=params.backend, db_id=self._db_id())
                     if vector_job is not None and self.parallel_vector:
                         vector_job = self._executor().submit(vector_job)
                 keyword_data = None
@@ -430,7 +447,7 @@ class SearchEngine:
                         pairs = vector_job.result() if self.parallel_vector else vector_job()
                         vector_hits = vector_search.load_rows(conn, pairs)
                     else:
-                        vector_hits = retrieve_vector(conn, params, qvec)
+                        vector_hits = retrieve_vector(conn, params, qvec, db_id=self._db_id())
                     timings["vector"] = (time.perf_counter() - t1) * 1000
                 if keyword_data is None and vector_hits is None:
                     return SearchDetails(hits=[], mode="empty", params=params.to_dict(), revision=revision)
