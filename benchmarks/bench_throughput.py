@@ -157,7 +157,10 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 4.0, sam
     index.add(matrix)
     del matrix
 
-    pools = {n: WorkerPool("retrieval", n, idle_timeout_s=None) for n in (1, 2)}
+    from workers.shared import RETRIEVAL_PIPELINE_DEPTH
+
+    # configured like MemoryCore's shared retrieval pool (workers/shared.py)
+    pools = {n: WorkerPool("retrieval", n, idle_timeout_s=None, pipeline_depth=RETRIEVAL_PIPELINE_DEPTH) for n in (1, 2)}
     for pool in pools.values():
         pool.prewarm()
     retrievers = {n: PooledRetriever(db, pools[n]) for n in pools}

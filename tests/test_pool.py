@@ -218,3 +218,71 @@ def test_worker_does_not_reimport_owner_main(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# --- pipelining (pipeline_depth=2: a busy worker holds its next task) ---------------------------
+
+
+@pytest.fixture
+def piped():
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None, pipeline_depth=2)
+    p.prewarm(1)
+    yield p
+    p.close(drain=False)
+
+
+def _wait_busy(p):
+    deadline = time.monotonic() + 5
+    while not p.busy_pids() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return p.busy_pids()[0]
+
+
+def test_pipelined_tasks_run_in_order_on_one_worker(piped):
+    first = piped.submit("sleep", {"seconds": 0.3})
+    _wait_busy(piped)
+    rest = [piped.submit("ping", i) for i in range(5)]
+    assert len(piped._slots[0].queued) == 1 and len(piped._queue) == 4  # one sent ahead, the rest wait
+    assert first.result(timeout=10) == 0.3
+    assert [f.result(timeout=10) for f in rest] == list(range(5))
+    assert piped.pending_tasks == 0 and piped.stats["replaced"] == 0
+
+
+def test_killed_worker_requeues_its_pipelined_task(piped):
+    running = piped.submit("sleep", {"seconds": 30})
+    victim = _wait_busy(piped)
+    waiting = piped.submit("pid")
+    assert piped._slots[0].queued
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(WorkerUnavailable):
+        running.result(timeout=10)
+    assert waiting.result(timeout=10) not in (victim, None)  # ran on the replacement worker
+    assert piped.pending_tasks == 0
+
+
+def test_cancel_of_a_pipelined_task_keeps_the_worker(piped):
+    running = piped.submit("sleep", {"seconds": 0.3})
+    victim = _wait_busy(piped)
+    waiting = piped.submit("ping", "x")
+    assert waiting.cancel() is True and waiting.cancelled()
+    assert running.result(timeout=10) == 0.3
+    assert piped.run("pid") == victim and piped.stats["replaced"] == 0
+    assert piped.pending_tasks == 0
+
+
+def test_cancel_of_the_running_task_requeues_the_pipelined_one(piped):
+    running = piped.submit("sleep", {"seconds": 30})
+    victim = _wait_busy(piped)
+    waiting = piped.submit("pid")
+    assert running.cancel() is True
+    assert waiting.result(timeout=10) != victim
+
+
+def test_pipelined_task_times_out_while_waiting(piped):
+    running = piped.submit("sleep", {"seconds": 0.6})
+    _wait_busy(piped)
+    waiting = piped.submit("ping", 1, timeout_s=0.1)
+    with pytest.raises(WorkerTimeout, match="waited past its 0.1 s timeout"):
+        waiting.result(timeout=10)
+    assert running.result(timeout=10) == 0.6
+    assert piped.run("ping", 2) == 2 and piped.stats["replaced"] == 0

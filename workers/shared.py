@@ -16,6 +16,9 @@ from memory_core.generations import CursorPins
 from workers.pool import INDEXING_MAX_PENDING_BYTES, WorkerPool
 from workers.retriever import PooledRetriever
 
+# searches are short and uniform: let each retrieval worker hold its next task (workers/pool.py)
+RETRIEVAL_PIPELINE_DEPTH = 2
+
 _lock = threading.Lock()
 _pools: dict[tuple, dict[str, WorkerPool]] = {}
 
@@ -36,7 +39,8 @@ def pools_for(cfg: Any) -> dict[str, WorkerPool] | None:
         if pools is None:
             pools = {
                 "retrieval": WorkerPool("retrieval", workers, max_pending_tasks=max_tasks, max_pending_bytes=max_bytes,
-                                        task_timeout_s=timeout_s, idle_timeout_s=idle_s),
+                                        task_timeout_s=timeout_s, idle_timeout_s=idle_s,
+                                        pipeline_depth=RETRIEVAL_PIPELINE_DEPTH),
                 "indexing": WorkerPool("indexing", workers, max_pending_tasks=max_tasks,
                                        max_pending_bytes=max(max_bytes, INDEXING_MAX_PENDING_BYTES),
                                        task_timeout_s=None, idle_timeout_s=idle_s),
