@@ -300,6 +300,8 @@ def _op_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
                                               sources=sources, backend=str(p.get("backend") or "auto"))
     ids = [h["id"] for h in (keyword or {}).get("hits", [])] + [h["id"] for h in (vector or [])]
     metadata = lexical.recall_metadata(conn, ids) if (keyword is not None or vector is not None) else {}
+    for m in metadata.values():
+        m.pop("text", None)  # the owner's ranking does not use it: do not pickle every chunk's full text
     return {"has_fts": has_fts, "tokenizer": tokenizer, "keyword": keyword, "vector": vector, "metadata": metadata}
 
 

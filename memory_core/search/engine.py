@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import apsw
@@ -48,7 +48,11 @@ class SearchParams:
     or_fallback: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # flat fields of plain values: no deep copy (asdict) on the per-query path
+        return {name: getattr(self, name) for name in _PARAM_FIELDS}
+
+
+_PARAM_FIELDS = tuple(f.name for f in fields(SearchParams))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,9 +403,11 @@ class SearchEngine:
                 "fix the provider settings or set provider = \"none\" for keyword-only search"
             )
         with self._lock:
-            if not self._has_content() and self.on_empty_index is not None:
+            has_content = self._has_content()
+            if not has_content and self.on_empty_index is not None:
                 self.on_empty_index()
-            if not self._has_content():
+                has_content = self._has_content()
+            if not has_content:
                 return SearchDetails(hits=[], mode="empty")
             self._check_identity()
             opts = self._ranking_options(active_project_keys)
