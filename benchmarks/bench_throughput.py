@@ -1,7 +1,10 @@
 """Throughput: keyword/vector/hybrid search through the worker pool (1, 2 workers) vs in-process vs raw faiss/FTS5.
 
 Keyword, vector and hybrid search through the worker pool (1 and 2 workers) against the same
-search in-process and against raw faiss / raw FTS5, in one run.
+search in-process and against raw faiss / raw FTS5, in one run. ``raw_faiss`` is plain
+single-threaded ``IndexFlatIP`` (the issue's baseline); ``raw_faiss_fp16_info`` (an fp16 scalar
+quantizer alone, no rescoring) is for information. The pools are configured like MemoryCore's
+shared retrieval pool (``pipeline_depth``, workers/shared.py).
 
     python -m benchmarks.bench_throughput [--chunks 100000] [--dims 384] [--seconds 4] [--db PATH]
     memory-core bench throughput            (when memory_core.bench registers it)
@@ -155,6 +158,11 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 4.0, sam
     del blobs
     index = faiss.IndexFlatIP(dims)
     index.add(matrix)
+    # for information only (the issue's baseline is the plain IndexFlatIP above): the fp16 scalar
+    # quantizer alone, without the exact rescoring memory-core adds (host_facades/engine_knn.py)
+    index_fp16 = faiss.IndexScalarQuantizer(dims, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+    index_fp16.train(matrix[:1])
+    index_fp16.add(matrix)
     del matrix
 
     from workers.shared import RETRIEVAL_PIPELINE_DEPTH
@@ -186,6 +194,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 4.0, sam
             variants["raw_fts5"] = lambda i: conn.execute(raw_sql, (kw[i % 512].replace(" ", " OR "), limit * 4)).fetchall()
         if name == "vector":
             variants["raw_faiss"] = lambda i: index.search(qvecs[i % 512].reshape(1, -1), limit * 4)
+            variants["raw_faiss_fp16_info"] = lambda i: index_fp16.search(qvecs[i % 512].reshape(1, -1), limit * 4)
             variants["pool_1_retrieve_only"] = lambda i: retrievers[1].retrieve(
                 [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}], metadata=None)
         results[name] = paired_latency(variants, samples)
