@@ -474,7 +474,12 @@ def process_state(conn: apsw.Connection, model: str | Sequence[str] | None = Non
     :data:`PROCESS_CACHE`. ``db_id`` is the identity of the file ``conn`` has open (pass it when
     known; otherwise the path is stat'ed, which names the wrong file right after a swap)."""
     path = conn.filename
-    ident = db_id or db_identity(path)
+    ident = db_id
+    if ident is None:
+        try:
+            ident = db_identity(path)
+        except OSError:  # in-memory or vanished file: the path names it
+            ident = f"path:{path}"
     row = conn.execute("SELECT revision FROM memory_index_state WHERE id = 1").fetchone()
     revision = int(row[0]) if row else 0
     return PROCESS_CACHE.get_current(conn, (ident, revision, model_key(model)), path)
