@@ -191,7 +191,8 @@ def test_inline_pool_runs_the_same_tasks_in_process():
 
 @pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "host_facades.engine_knn",
                                     "host_facades.lexical", "host_facades.vector_search",
-                                    "host_facades.engine_indexing"])
+                                    "host_facades.engine_indexing", "host_facades.ranking",
+                                    "host_facades.search_run"])
 def test_worker_modules_import_no_owner_modules(module):
     code = (
         f"import sys, importlib; importlib.import_module({module!r});"

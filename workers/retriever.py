@@ -1,7 +1,8 @@
 """Owner-side adapter: run a search's retrieval through a pool on one leased generation.
 
 :class:`PooledRetriever` is what the search engine calls instead of opening its own reader:
-``retrieve(ops, metadata="hits")`` sends every retrieval op plus the metadata read as ONE
+``run_search(req)`` runs a whole search (``host_facades.search_run``) and ``retrieve(ops,
+metadata="hits")`` runs retrieval ops plus the metadata read, each as ONE
 ``retrieve`` task (one read transaction = one generation, see memory_core/generations.py),
 holds a lease for the duration, and keeps workers' derived state down to the current generation
 plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same task function runs
@@ -13,7 +14,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from host_facades.vectors import encode_vector
 from memory_core.generations import GenerationLeases
 from workers.pool import InlinePool, WorkerPool
 
@@ -51,16 +51,14 @@ class PooledRetriever:
         finally:
             lease.release()
 
-    def search(self, params: dict, qvec: Any = None, *, want_keyword: bool = True,
-               timeout_s: float | None = None) -> dict:
-        """One ``SearchEngine`` search's reads (``search`` op) on one generation.
-
-        Returns the ``retrieve`` result; ``results[0]`` holds ``has_fts``, ``tokenizer``,
-        ``keyword``, ``vector`` and ``metadata``.
-        """
-        op: dict[str, Any] = {"op": "search", "params": params, "want_keyword": want_keyword,
-                              "qvec": None if qvec is None else encode_vector(qvec)}
-        return self.retrieve([op], metadata=None, timeout_s=timeout_s)
+    def run_search(self, req: dict, *, timeout_s: float | None = None) -> tuple[dict, int | None]:
+        """A whole search in one worker task on one leased generation (``run_search`` op,
+        ``host_facades.search_run.run_search``). Returns ``(reply, revision)``; an absent
+        database answers ``{"empty_index": True}``."""
+        res = self.retrieve([{"op": "run_search", "req": req}], metadata=None, timeout_s=timeout_s)
+        results = res.get("results") or ()
+        out = results[0] if results and isinstance(results[0], dict) else {"empty_index": True, "mode": "empty", "hits": []}
+        return out, res.get("revision")
 
     def index_state(self) -> dict:
         return self.pool.run("index_state", {"db_path": self.db_path}, timeout_s=self.timeout_s)

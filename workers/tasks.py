@@ -22,7 +22,6 @@ from host_facades import engine_knn
 from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot
 from host_facades.vectors import decode_vector
 
-
 MAX_CACHED_READERS = 8
 
 
@@ -67,7 +66,7 @@ class WorkerContext:
         if entry is not None:
             try:
                 entry[0].close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -266,43 +265,16 @@ def _op_call(conn, op: dict, ctx: WorkerContext, env: dict) -> Any:
     return fn(conn, *op.get("args", ()), **op.get("kwargs", {}))
 
 
-def _op_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
-    """Everything one ``SearchEngine`` search reads (memory_core/search/engine.py), on this snapshot:
-    FTS presence and tokenizer, the keyword retriever, the vector retriever, the recall metadata.
+def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
+    """A WHOLE search (retrieval + metadata + ranking + selection) on this snapshot:
+    ``host_facades.search_run.run_search``, the same function in-process searches call; the reply
+    is the compact hit rows (see there). op: ``req`` (run_search's request dict)."""
+    from host_facades.search_run import run_search
 
-    op: ``params`` (SearchParams as a dict), ``qvec`` (float32 bytes or None), ``want_keyword``.
-    """
-    from host_facades import lexical, vector_search
+    def vector_state(conn, model):
+        return ctx.cache.get_or_build(conn, (env["db_id"], env["revision"], engine_knn.model_key(model)))
 
-    p = op["params"]
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_index_chunks_fts'").fetchone()
-    has_fts = row is not None
-    tokenizer = ("trigram" if "trigram" in row[0] else "unicode61") if has_fts else "unicode61"
-    sources = list(p.get("sources") or ())
-    keyword = None
-    if has_fts and op.get("want_keyword", True):
-        keyword = lexical.keyword_search_with_fallback(
-            conn, p["query"], limit=int(p["candidates"]), sources=sources, tokenizer=tokenizer,
-            or_fallback=bool(p.get("or_fallback", True)))
-    vector = None
-    qvec = op.get("qvec")
-    if qvec is not None:
-        q = decode_vector(qvec) if isinstance(qvec, (bytes, bytearray)) else np.asarray(qvec, dtype=np.float32)
-        backend = vector_search.resolve_backend(conn, str(p.get("backend") or "auto"))
-        if vector_search.is_zero_vector(q):
-            vector = []
-        elif backend in ("faiss", "numpy"):
-            # generation-keyed derived state instead of a per-query matrix load
-            vector = _op_vector(conn, {"qvec": q, "model": p.get("model"), "limit": int(p["candidates"]),
-                                       "sources": sources, "backend": backend, "rows": True}, ctx, env)
-        else:
-            vector = vector_search.knn_search(conn, q, limit=int(p["candidates"]), model=p.get("model"),
-                                              sources=sources, backend=str(p.get("backend") or "auto"))
-    ids = [h["id"] for h in (keyword or {}).get("hits", [])] + [h["id"] for h in (vector or [])]
-    metadata = lexical.recall_metadata(conn, ids) if (keyword is not None or vector is not None) else {}
-    for m in metadata.values():
-        m.pop("text", None)  # the owner's ranking does not use it: do not pickle every chunk's full text
-    return {"has_fts": has_fts, "tokenizer": tokenizer, "keyword": keyword, "vector": vector, "metadata": metadata}
+    return run_search(conn, op["req"], vector_state=vector_state, db_id=env["db_id"])
 
 
 def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dict]:
@@ -316,15 +288,15 @@ OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
     "vector": _op_vector,
     "metadata": _op_metadata,
     "call": _op_call,
-    "search": _op_search,
+    "run_search": _op_run_search,
 }
 
 
 def _hit_ids(result: Any) -> list[str]:
     ids: list[str] = []
     if isinstance(result, dict):
-        if "metadata" in result and "has_fts" in result:
-            return []  # a "search" op reads its own metadata
+        if "mode" in result and "hits" in result:
+            return []  # a "run_search" op reads its own metadata
         result = result.get("hits") or result.get("rows") or ()
     for hit in result or ():
         if isinstance(hit, dict):

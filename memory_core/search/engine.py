@@ -1,14 +1,15 @@
-"""Search orchestration (spec §6.1): retrievers over one read snapshot, then pure ranking.
+"""Search orchestration (spec §6.1) on the owner side.
 
-The code has two layers so the worker pool can split it:
+The search itself (retrievers, recall metadata, ranking, selection on one read snapshot) is ONE
+function, :func:`host_facades.search_run.run_search`, which :class:`SearchEngine` calls either
+in-process on its cached reader or, with a ``retriever`` (workers/retriever.py), as one worker
+task on one leased generation: pooled and in-process results are identical by construction.
+The owner does only trim/validation, the identity check, the forced sync on an empty index, the
+query embedding, candidates = min(200, max(1, floor(maxResults x multiplier))), and building
+:class:`SearchHit` objects from the compact reply.
 
-(a) retrievers: :func:`retrieve_keyword`, :func:`retrieve_vector` and :func:`retrieve_metadata`
-    take ``(conn, params)`` and return plain data; they only call ``host_facades`` and can run
-    in a worker process on a read-only connection;
-(b) ranking: :func:`rank_results` turns that plain data into hits; pure, no I/O.
-
-:class:`SearchEngine` wires both on the owner side: trim, identity check, the forced sync on an
-empty index, the query embedding, candidates = min(200, max(1, floor(maxResults x multiplier))).
+:func:`retrieve_keyword`, :func:`retrieve_vector`, :func:`retrieve_metadata` and
+:func:`rank_results` remain as the separate steps (tests, tools).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -26,10 +26,12 @@ import apsw
 import numpy as np
 
 from host_facades import lexical, vector_search
-from host_facades.engine_knn import open_readonly, read_snapshot
+from host_facades.engine_knn import open_readonly, process_state, read_snapshot
+from host_facades.search_run import run_search
+from host_facades.vectors import encode_vector
 from memory_core.errors import IndexBusy, IndexPaused, InvalidRequest, ProviderUnavailable
 from memory_core.search import ranking
-from memory_core.search.types import Candidate, SearchHit
+from memory_core.search.types import Candidate, SearchHit, hit_from_row
 
 MAX_CANDIDATES = 200
 VALID_SOURCES = ("memory", "sessions")
@@ -129,21 +131,7 @@ class SearchDetails:
 
 
 def _attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> list[Candidate]:
-    out = []
-    for c in cands:
-        m = meta.get(c.id)
-        if m is None:
-            continue  # the chunk was removed after retrieval (left-join reader omits it)
-        imp = m.get("importance")
-        c.importance = int(imp) if isinstance(imp, (int, float)) and not isinstance(imp, bool) else None
-        trig = m.get("triggers")
-        c.triggers = trig.strip() if isinstance(trig, str) and trig.strip() and trig.strip() != "[]" else None
-        pk = m.get("project_key")
-        c.project_key = pk.strip() if isinstance(pk, str) and pk.strip() else None
-        c.provenance = m.get("provenance")
-        c.source_mtime = m.get("source_mtime")
-        out.append(c)
-    return out
+    return ranking.attach_metadata(cands, meta)
 
 
 def rank_results(
@@ -156,24 +144,11 @@ def rank_results(
     max_results: int,
     min_score: float,
 ) -> tuple[list[SearchHit], list[Candidate]]:
-    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6)."""
-    kw = list(keyword_hits or [])
-    vec = list(vector_hits or [])
-    if mode == "keyword":
-        cands = _attach_metadata(ranking.union_candidates([], kw), metadata)
-        ordered = ranking.rank_keyword_only(cands, opts)
-        selected = ranking.select_scored(ordered, max_results=max_results, min_score=min_score, relaxed_min=0.0)
-        return [c.to_hit(vector_mode=False) for c in selected], ordered
-    if mode == "vector":
-        cands = _attach_metadata(ranking.union_candidates(vec, []), metadata)
-        ordered = ranking.rank_vector_only(cands)
-        selected = [c for c in ordered if c.score >= min_score][:max_results]
-        return [c.to_hit(vector_mode=True) for c in selected], ordered
-    cands = _attach_metadata(ranking.union_candidates(vec, kw), metadata)
-    ordered = ranking.rank_hybrid(cands, opts, lists=2)
-    keyword_keys = {c.key for c in ordered if c.in_keyword}
-    selected = ranking.select_hybrid(ordered, max_results=max_results, min_score=min_score, keyword_keys=keyword_keys)
-    return [c.to_hit(vector_mode=True) for c in selected], ordered
+    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6): ``(hits, ordered candidates)``."""
+    selected, ordered, vector_mode = ranking.rank_and_select(
+        mode=mode, keyword_hits=keyword_hits, vector_hits=vector_hits, metadata=metadata, opts=opts,
+        max_results=max_results, min_score=min_score)
+    return [hit_from_row(c.hit_row(vector_mode=vector_mode)) for c in selected], ordered
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,11 +206,7 @@ class SearchEngine:
         # memory-core's OR probe in the conversational fallback (lexical.keyword_search_with_fallback);
         # False reproduces upstream's per-keyword probes only (benchmarks compare both).
         self.or_fallback = True
-        # optional: faiss/numpy KNN on a thread next to the keyword SQL. Off by default: on 2 busy cores it
-        # doubled CPU per query (21 -> 59 ms at 100k chunks) and raised p50 (21 -> 32 ms)
-        self.parallel_vector = os.environ.get("MEMORY_CORE_PARALLEL_KNN", "0") == "1"
         self._lock = threading.RLock()
-        self._pool: ThreadPoolExecutor | None = None
         self._conn: apsw.Connection | None = None
         self._conn_ident: tuple[int, int] | None = None
 
@@ -302,15 +273,7 @@ class SearchEngine:
         """``dev:inode`` of the file the cached reader has open (keys the in-process vector state)."""
         return None if self._conn_ident is None else f"{self._conn_ident[0]}:{self._conn_ident[1]}"
 
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-core-knn")
-        return self._pool
-
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -340,9 +303,9 @@ class SearchEngine:
         query_vector: Sequence[float] | None = None,
     ) -> list[SearchHit]:
         """Search the index; ``[]`` for an empty query (spec §6.1)."""
-        return self.search_with_details(
+        return self._search(
             query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-            active_project_keys=active_project_keys, query_vector=query_vector,
+            active_project_keys=active_project_keys, query_vector=query_vector, details=False,
         ).hits
 
     def explain(self, query: str, **kwargs: Any) -> dict[str, Any]:
@@ -389,6 +352,56 @@ class SearchEngine:
         active_project_keys: Sequence[str] | None = None,
         query_vector: Sequence[float] | None = None,
     ) -> SearchDetails:
+        """Hits plus the retriever candidates and score parts (``explain``)."""
+        return self._search(
+            query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
+            active_project_keys=active_project_keys, query_vector=query_vector, details=True,
+        )
+
+    def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
+                 active_project_keys: Sequence[str] | None, details: bool) -> dict[str, Any]:
+        """The plain-data request of :func:`host_facades.search_run.run_search` (no ``qvec`` yet)."""
+        opts = self._ranking_options(active_project_keys)
+        hybrid_enabled = bool(_get(self.config, "query.hybrid.enabled", True))
+        return {
+            "query": q, "sources": list(srcs),
+            "candidates": candidate_count(mr, float(_get(self.config, "query.hybrid.candidate_multiplier", 4))),
+            "model": getattr(self.provider, "model", None),
+            "backend": str(_get(self.config, "store.vector.backend", "auto")), "or_fallback": self.or_fallback,
+            "want_keyword": hybrid_enabled or not want_vector,
+            "ranking": dict(vars(opts)),
+            "max_results": mr, "min_score": ms, "details": details, "qvec": None,
+        }
+
+    def _details(self, req: dict[str, Any], out: dict[str, Any], revision: int | None, t0: float) -> SearchDetails:
+        """:class:`SearchDetails` from ``run_search``'s reply."""
+        hits = [hit_from_row(row) for row in out["hits"]]
+        if not req["details"]:
+            return SearchDetails(hits=hits, mode=out["mode"], revision=revision)
+        params = SearchParams(query=req["query"], candidates=req["candidates"], sources=tuple(req["sources"]),
+                              tokenizer=out.get("tokenizer", "unicode61"), model=req["model"], backend=req["backend"],
+                              or_fallback=req["or_fallback"]).to_dict()
+        if out["mode"] == "empty":
+            return SearchDetails(hits=[], mode="empty", params=params, revision=revision)
+        params.update(max_results=req["max_results"], min_score=req["min_score"], fusion=req["ranking"]["fusion"])
+        timings = dict(out.get("timings_ms") or {})
+        timings["total"] = (time.perf_counter() - t0) * 1000
+        return SearchDetails(hits=hits, mode=out["mode"], params=params, keyword=out.get("keyword"),
+                             vector=out.get("vector"), ranked=out.get("ranked") or [], revision=revision,
+                             timings_ms=timings)
+
+    def _search(
+        self,
+        query: str,
+        *,
+        max_results: int | None,
+        min_score: float | None,
+        sources: Sequence[str] | str | None,
+        lexical_only: bool,
+        active_project_keys: Sequence[str] | None,
+        query_vector: Sequence[float] | None,
+        details: bool,
+    ) -> SearchDetails:
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
         q = query.strip()
@@ -402,6 +415,10 @@ class SearchEngine:
                 f"Memory search unavailable: embedding provider {provider_name!r} is configured but not available; "
                 "fix the provider settings or set provider = \"none\" for keyword-only search"
             )
+        want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
+        if self.retriever is not None:
+            return self._search_pooled(q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
+                                       active_project_keys=active_project_keys, details=details)
         with self._lock:
             has_content = self._has_content()
             if not has_content and self.on_empty_index is not None:
@@ -410,99 +427,62 @@ class SearchEngine:
             if not has_content:
                 return SearchDetails(hits=[], mode="empty")
             self._check_identity()
-            opts = self._ranking_options(active_project_keys)
-            multiplier = float(_get(self.config, "query.hybrid.candidate_multiplier", 4))
-            cand = candidate_count(mr, multiplier)
+            t0 = time.perf_counter()
+            req = self._request(q, srcs, mr, ms, want_vector=want_vector, active_project_keys=active_project_keys,
+                                details=details)
             conn = self._reader()
             assert conn is not None
-            hybrid_enabled = bool(_get(self.config, "query.hybrid.enabled", True))
-            timings: dict[str, float] = {}
-            t0 = time.perf_counter()
-            if self.retriever is not None:
-                return self._search_pooled(q, srcs, cand, opts, mr, ms, lexical_only=lexical_only,
-                                           query_vector=query_vector, hybrid_enabled=hybrid_enabled,
-                                           timings=timings, t0=t0)
-            want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
             # embed before opening the read transaction: a slow provider must not pin a generation
-            qvec = None
             if want_vector:
-                qvec = query_vector if query_vector is not None else self._embed_query(q)
+                req["qvec"] = np.asarray(query_vector if query_vector is not None else self._embed_query(q),
+                                         dtype=np.float32)
+            db_id = self._db_id()
             with read_snapshot(conn) as revision:
-                has_fts = fts_available(conn)
-                params = SearchParams(
-                    query=q, candidates=cand, sources=srcs, tokenizer=fts_tokenizer(conn) if has_fts else "unicode61",
-                    model=getattr(self.provider, "model", None),
-                    backend=str(_get(self.config, "store.vector.backend", "auto")), or_fallback=self.or_fallback,
-                )
-                vector_hits = None
-                vector_job = None
-                if want_vector:
-                    # faiss/numpy need no connection: run them on a thread next to the keyword SQL
-                    vector_job = vector_search.knn_prepare(
-                        conn, np.asarray(qvec, dtype=np.float32), limit=params.candidates, model=params.model,
-                        sources=list(params.sources), backend=params.backend, db_id=self._db_id())
-                    if vector_job is not None and self.parallel_vector:
-                        vector_job = self._executor().submit(vector_job)
-                keyword_data = None
-                if has_fts and (hybrid_enabled or not want_vector):
-                    keyword_data = retrieve_keyword(conn, params)
-                    timings["keyword"] = (time.perf_counter() - t0) * 1000
-                if want_vector:
-                    t1 = time.perf_counter()
-                    if vector_job is not None:
-                        pairs = vector_job.result() if self.parallel_vector else vector_job()
-                        vector_hits = vector_search.load_rows(conn, pairs)
-                    else:
-                        vector_hits = retrieve_vector(conn, params, qvec, db_id=self._db_id())
-                    timings["vector"] = (time.perf_counter() - t1) * 1000
-                if keyword_data is None and vector_hits is None:
-                    return SearchDetails(hits=[], mode="empty", params=params.to_dict(), revision=revision)
-                mode = "keyword" if vector_hits is None else ("vector" if keyword_data is None else "hybrid")
-                kw_hits = keyword_data["hits"] if keyword_data else []
-                ids = [h["id"] for h in kw_hits] + [h["id"] for h in (vector_hits or [])]
-                t2 = time.perf_counter()
-                meta = retrieve_metadata(conn, ids)
-                timings["metadata"] = (time.perf_counter() - t2) * 1000
-            t3 = time.perf_counter()
-            hits, ordered = rank_results(mode=mode, keyword_hits=kw_hits, vector_hits=vector_hits, metadata=meta,
-                                         opts=opts, max_results=mr, min_score=ms)
-            timings["rank"] = (time.perf_counter() - t3) * 1000
-            timings["total"] = (time.perf_counter() - t0) * 1000
-            pdict = params.to_dict()
-            pdict.update(max_results=mr, min_score=ms, fusion=opts.fusion)
-            return SearchDetails(hits=hits, mode=mode, params=pdict, keyword=keyword_data, vector=vector_hits,
-                                 ranked=[c.parts() for c in ordered], revision=revision, timings_ms=timings)
+                out = run_search(conn, req, vector_state=lambda c, model: process_state(c, model, db_id), db_id=db_id)
+            return self._details(req, out, revision, t0)
 
-    def _search_pooled(self, q: str, srcs: tuple[str, ...], cand: int, opts: ranking.RankingOptions, mr: int,
-                       ms: float, *, lexical_only: bool, query_vector: Sequence[float] | None,
-                       hybrid_enabled: bool, timings: dict[str, float], t0: float) -> SearchDetails:
-        """``search_with_details`` with its snapshot reads (FTS probe, keyword, vector, metadata) run
-        by ``self.retriever`` in one worker task, i.e. on one generation (H7)."""
-        params = SearchParams(query=q, candidates=cand, sources=srcs, model=getattr(self.provider, "model", None),
-                              backend=str(_get(self.config, "store.vector.backend", "auto")))
-        want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
-        qvec = None
+    def _identity_or_empty(self) -> bool:
+        """Pooled searches: the identity check, but (as in-process) an empty index is not paused:
+        it gets the bootstrap sync first. False = answer empty."""
+        try:
+            self._check_identity()
+            return True
+        except IndexPaused:
+            with self._lock:
+                if self._has_content():
+                    raise
+                if self.on_empty_index is None:
+                    return False
+                self.on_empty_index()
+                if not self._has_content():
+                    return False
+            self._check_identity()
+            return True
+
+    def _search_pooled(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
+                       query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
+                       details: bool) -> SearchDetails:
+        """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
+        content probe runs in the worker, in the same snapshot."""
+        if not self._identity_or_empty():
+            return SearchDetails(hits=[], mode="empty")
+        t0 = time.perf_counter()
+        req = self._request(q, srcs, mr, ms, want_vector=want_vector, active_project_keys=active_project_keys,
+                            details=details)
         if want_vector:
-            qvec = np.asarray(query_vector if query_vector is not None else self._embed_query(q), dtype=np.float32)
-        res = self.retriever.search(params.to_dict(), qvec, want_keyword=hybrid_enabled or not want_vector)
-        timings["retrieve"] = (time.perf_counter() - t0) * 1000
-        revision = res.get("revision")
-        out = res["results"][0] if res.get("results") and isinstance(res["results"][0], dict) else {}
-        params = replace(params, tokenizer=out.get("tokenizer", "unicode61"))
-        keyword_data, vector_hits, meta = out.get("keyword"), out.get("vector"), out.get("metadata") or {}
-        if keyword_data is None and vector_hits is None:
-            return SearchDetails(hits=[], mode="empty", params=params.to_dict(), revision=revision)
-        mode = "keyword" if vector_hits is None else ("vector" if keyword_data is None else "hybrid")
-        kw_hits = keyword_data["hits"] if keyword_data else []
-        t3 = time.perf_counter()
-        hits, ordered = rank_results(mode=mode, keyword_hits=kw_hits, vector_hits=vector_hits, metadata=meta,
-                                     opts=opts, max_results=mr, min_score=ms)
-        timings["rank"] = (time.perf_counter() - t3) * 1000
-        timings["total"] = (time.perf_counter() - t0) * 1000
-        pdict = params.to_dict()
-        pdict.update(max_results=mr, min_score=ms, fusion=opts.fusion)
-        return SearchDetails(hits=hits, mode=mode, params=pdict, keyword=keyword_data, vector=vector_hits,
-                             ranked=[c.parts() for c in ordered], revision=revision, timings_ms=timings)
+            qvec = query_vector if query_vector is not None else self._embed_query(q)
+            req["qvec"] = encode_vector(np.asarray(qvec, dtype=np.float32))
+        req["probe_content"] = True
+        out, revision = self.retriever.run_search(req)
+        if out.get("empty_index"):
+            if self.on_empty_index is None:
+                return SearchDetails(hits=[], mode="empty")
+            with self._lock:
+                self.on_empty_index()
+            out, revision = self.retriever.run_search(req)
+            if out.get("empty_index"):
+                return SearchDetails(hits=[], mode="empty")
+        return self._details(req, out, revision, t0)
 
     def _embed_query(self, text: str) -> np.ndarray:
         try:

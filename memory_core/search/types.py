@@ -1,16 +1,14 @@
-"""Search result types: the public frozen :class:`SearchHit` and the internal :class:`Candidate`."""
+"""Search result types: the public frozen :class:`SearchHit` (and, re-exported, the internal :class:`Candidate`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-
-def citation_for(path: str, start_line: int, end_line: int) -> str:
-    """``path#Lx`` when the range is one line, else ``path#Lx-Ly`` (spec §9.1)."""
-    if start_line == end_line:
-        return f"{path}#L{start_line}"
-    return f"{path}#L{start_line}-L{end_line}"
+# the internal Candidate and citation_for live with the pure ranking code (host_facades.ranking) so workers
+# can rank; re-exported here
+from host_facades.ranking import Candidate, citation_for  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -49,63 +47,9 @@ class SearchHit:
         return out
 
 
-@dataclass
-class Candidate:
-    """A merged candidate during ranking (internal; never returned)."""
-
-    id: str
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    snippet: str
-    vector_score: float = 0.0
-    text_score: float = 0.0
-    ranking_score: float = 0.0   # boosted lexical score (§4.4)
-    path_score: float = 0.0
-    exact: int = 0               # exact-path specificity 0..3
-    has_body_match: bool = False
-    in_vector: bool = False
-    in_keyword: bool = False
-    vector_rank: int | None = None   # 1-based, for RRF
-    keyword_rank: int | None = None
-    content_score: float = 0.0
-    lexical_rank: float = 0.0
-    rank_score: float = 0.0      # internal ranking score (after decay / multipliers)
-    score: float = 0.0           # public score
-    decay: float = 1.0
-    importance_mult: float = 1.0
-    project_mult: float = 1.0
-    importance: int | None = None
-    triggers: str | None = None
-    project_key: str | None = None
-    provenance: dict[str, Any] | None = None
-    source_mtime: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return f"{self.source}:{self.path}:{self.start_line}:{self.end_line}"
-
-    def to_hit(self, *, vector_mode: bool) -> SearchHit:
-        return SearchHit(
-            id=self.id, path=self.path, start_line=self.start_line, end_line=self.end_line,
-            score=float(self.score), snippet=self.snippet, source=self.source,
-            vector_score=float(self.vector_score) if vector_mode else None,
-            text_score=float(self.text_score),
-            citation=citation_for(self.path, self.start_line, self.end_line),
-            importance=self.importance, triggers=self.triggers, project_key=self.project_key,
-            provenance=self.provenance, source_mtime=self.source_mtime,
-        )
-
-    def parts(self) -> dict[str, Any]:
-        """Score parts for ``--explain``."""
-        return {
-            "id": self.id, "citation": citation_for(self.path, self.start_line, self.end_line),
-            "vector_score": self.vector_score, "text_score": self.text_score,
-            "ranking_score": self.ranking_score, "path_score": self.path_score, "exact": self.exact,
-            "has_body_match": self.has_body_match, "vector_rank": self.vector_rank,
-            "keyword_rank": self.keyword_rank, "content_score": self.content_score,
-            "lexical_rank": self.lexical_rank, "decay": self.decay, "importance_mult": self.importance_mult,
-            "project_mult": self.project_mult, "rank_score": self.rank_score, "score": self.score,
-        }
+def hit_from_row(row: Sequence[Any]) -> SearchHit:
+    """A :class:`SearchHit` from ``host_facades.ranking.Candidate.hit_row`` (citation derived here)."""
+    (cid, path, start, end, score, snippet, source, vscore, tscore, importance, triggers, project_key,
+     provenance, mtime) = row
+    return SearchHit(cid, path, start, end, score, snippet, source, vscore, tscore, citation_for(path, start, end),
+                     importance, triggers, project_key, provenance, mtime)
