@@ -14,6 +14,7 @@ query embedding, candidates = min(200, max(1, floor(maxResults x multiplier))), 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -156,9 +157,14 @@ def rank_results(
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=128)
+def _path_parts(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
+
+
 def _get(obj: Any, path: str, default: Any) -> Any:
     cur = obj
-    for part in path.split("."):
+    for part in _path_parts(path):
         if cur is None:
             return default
         cur = getattr(cur, part, None)
