@@ -188,7 +188,7 @@ def test_state_machine_pooled_equals_in_process(shared_pool, monkeypatch):
     POOL = shared_pool
     monkeypatch.setenv("MEMORY_CORE_HOME", os.environ.get("MEMORY_CORE_HOME", "/tmp"))
     PooledVsInProcess.TestCase.settings = settings(
-        max_examples=12, stateful_step_count=15, deadline=None,
+        max_examples=12, stateful_step_count=15, deadline=None, derandomize=True, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     PooledVsInProcess.TestCase().runTest()
     assert STATS["searches"] >= 5 and STATS["hits"] > 0, STATS
