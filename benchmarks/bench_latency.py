@@ -170,8 +170,12 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
                                                             "ok": res["memory-core hybrid"]["p50"] <= budget}
     for name in ("raw FTS5", "raw faiss", "memory-core keyword-only", "memory-core hybrid"):
         log(f"  {name:<26} p50 {res[name]['p50']:7.2f} ms   p95 {res[name]['p95']:7.2f} ms")
-    log(f"  target: hybrid p50 {res['memory-core hybrid']['p50']:.2f} ms <= {budget:.2f} ms -> "
-        f"{'ok' if res['target hybrid p50 <= 2x(raw FTS5 + raw faiss)']['ok'] else 'MISSED'}")
+    # The target is stated at 100k chunks; smaller sizes report the same ratio for information.
+    verdict = ("ok" if res["target hybrid p50 <= 2x(raw FTS5 + raw faiss)"]["ok"] else "MISSED") \
+        if n_chunks >= 100_000 else "info only (the target applies at 100k chunks)"
+    ratio = res["memory-core hybrid"]["p50"] / max(budget / 2, 1e-9)
+    log(f"  target: hybrid p50 {res['memory-core hybrid']['p50']:.2f} ms <= {budget:.2f} ms "
+        f"({ratio:.2f}x raw FTS5 + raw faiss) -> {verdict}")
     os.remove(db)
     return res
 
