@@ -158,6 +158,9 @@ def run_bench(*, files: int = 200, samples: int = 300, seconds: float = 5.0, cli
         summary = core.index()
         results["index_s"] = round(time.perf_counter() - t, 2)
         results["chunks"] = summary.chunks
+        # Same freshness setup as the server (watcher running, reconcile in the background), so the
+        # baseline does not pay the inline stat-all reconcile of a watcher-less one-shot search.
+        core.freshness.start()
         proc, url = start_server(config_path, env)
         try:
             results.update(asyncio.run(interleaved_latency(url, core, queries, samples)))

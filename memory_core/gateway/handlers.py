@@ -155,10 +155,13 @@ class MemoryMethods:
         """The 2026.9.6 handler: validate, search the agent's engine, answer the file-shaped payload."""
         request = parse_v1_search(params)
         agent_id = self.service.agents.resolve_v1(params)
-        try:
-            core = await asyncio.to_thread(self.service.core, agent_id)
-        except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
-            raise unavailable(f"memory search unavailable: {error_message(exc)}") from exc
+        # An open engine is a dict lookup; only the first open (which may index) leaves the event loop.
+        core = self.service.runtime.opened_core(agent_id)
+        if core is None:
+            try:
+                core = await asyncio.to_thread(self.service.core, agent_id)
+            except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
+                raise unavailable(f"memory search unavailable: {error_message(exc)}") from exc
 
         def search() -> tuple[list[Any], dict[str, Any] | None]:
             hits = core.search(request.query, max_results=request.max_results, min_score=request.min_score)

@@ -389,6 +389,10 @@ class MemoryCoreProviderRuntime:
         with self._lock:
             return self._core_locked(agent_id)
 
+    def opened_core(self, agent_id: str) -> Any:
+        """The agent's engine if it is already open, else None (never opens, never blocks on I/O)."""
+        return self._cores.get(agent_id)
+
     def _core_locked(self, agent_id: str) -> Any:
         core = self._cores.get(agent_id)
         if core is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 # the internal Candidate and citation_for live with the pure ranking code (host_facades.ranking) so workers
@@ -33,18 +33,23 @@ class SearchHit:
 
     def to_dict(self) -> dict[str, Any]:
         """camelCase wire form (upstream ``MemorySearchResult``), None fields omitted."""
-        data = asdict(self)
         out: dict[str, Any] = {}
-        names = {"start_line": "startLine", "end_line": "endLine", "vector_score": "vectorScore",
-                 "text_score": "textScore", "project_key": "projectKey", "source_mtime": "sourceMtime"}
-        for key, value in data.items():
+        for name in _FIELD_NAMES:
+            value = getattr(self, name)
             if value is None:
                 continue
-            if key == "provenance":
-                value = {{"origin_class": "originClass", "session_kind": "sessionKind", "observed_at": "observedAt",
-                          "supersedes_key": "supersedesKey"}.get(k, k): v for k, v in value.items()}
-            out[names.get(key, key)] = value
+            if name == "provenance":  # a fresh dict: the caller may mutate the wire form
+                value = {_PROVENANCE_KEYS.get(k, k): v for k, v in value.items()}
+            out[_WIRE_NAMES.get(name, name)] = value
         return out
+
+
+# shallow field access: dataclasses.asdict deep-copies every value and cost ~0.2 ms a hit
+_FIELD_NAMES = tuple(f.name for f in fields(SearchHit))
+_WIRE_NAMES = {"start_line": "startLine", "end_line": "endLine", "vector_score": "vectorScore",
+               "text_score": "textScore", "project_key": "projectKey", "source_mtime": "sourceMtime"}
+_PROVENANCE_KEYS = {"origin_class": "originClass", "session_kind": "sessionKind", "observed_at": "observedAt",
+                    "supersedes_key": "supersedesKey"}
 
 
 def hit_from_row(row: Sequence[Any]) -> SearchHit:
