@@ -2,8 +2,11 @@
 
 A :class:`WorkerPool` runs up to ``size`` worker processes (``multiprocess``, start method
 ``forkserver`` by default or ``spawn``; never plain ``fork``). Each worker runs one task at a time
-and talks to the owner over its own duplex Pipe; one dispatcher thread waits on every pipe and
-process sentinel, so a round trip costs two small pickles and two thread hand-offs.
+and talks to the owner over its own duplex Pipe. A caller in :meth:`WorkerPool.run` reads its
+reply from its worker's pipe itself (one reader per pipe at a time; a caller whose task is
+pipelined behind another's parks until the reader role is handed to it), so a round trip costs
+two small pickles and no thread hand-off. One dispatcher thread watches the process sentinels,
+deadlines, idle workers and the pipes of tasks no ``run()`` caller waits on (``submit()``).
 
 - Admission: ``max_pending_tasks`` / ``max_pending_bytes`` (queued + running, bytes = pickled
   payload size) fail fast with :class:`~memory_core.errors.WorkerOverloaded`.
@@ -23,9 +26,11 @@ import concurrent.futures
 import itertools
 import os
 import pickle
+import select
 import signal
 import threading
 import time
+import _thread
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -179,6 +184,10 @@ class _Task:
     timeout_s: float | None
     slot: "_Slot | None" = None
     done: bool = False
+    # a caller thread waits in ``run()`` and reads this task's reply itself (no dispatcher hop)
+    waiter: bool = False
+    # the parked caller's wake-up lock (held; released by ``_signal``) while it waits for a turn
+    signal: Any = None
 
 
 @dataclass(eq=False)
@@ -192,6 +201,10 @@ class _Slot:
     queued: deque = field(default_factory=deque)
     idle_since: float = field(default_factory=time.monotonic)
     tasks_run: int = 0
+    # one thread at a time reads ``conn``: a caller in ``run()`` (the reader role) or the dispatcher
+    reading: bool = False
+    poller: Any = None  # select.poll on conn + process sentinel, used by the reader role
+    dispose_pending: bool = False
 
 
 class TaskFuture(concurrent.futures.Future):
@@ -209,6 +222,35 @@ class TaskFuture(concurrent.futures.Future):
         if task is None:
             return super().cancel()
         return self._pool._cancel(task)
+
+
+class _RunResult:
+    """The outcome slot of a ``run()`` task: a future's set/get without its condition variable
+    (the waiting caller reads it after seeing ``task.done`` under the pool lock)."""
+
+    __slots__ = ("_task", "_value", "_exc", "_done")
+
+    def __init__(self) -> None:
+        self._task: _Task | None = None
+        self._value: Any = None
+        self._exc: BaseException | None = None
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._done = True
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._exc = exc
+        self._done = True
+
+    def result(self) -> Any:
+        if self._exc is not None:
+            raise self._exc
+        return self._value
 
 
 class WorkerPool:
@@ -270,7 +312,10 @@ class WorkerPool:
 
     def submit(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> TaskFuture:
         """Queue ``task_name(payload)``; the future holds the value or a typed Worker* error."""
-        future = TaskFuture(self)
+        return self._submit(task_name, payload, timeout_s, False)
+
+    def _submit(self, task_name: str, payload: Any, timeout_s: float | None, waiter: bool) -> Any:
+        future = _RunResult() if waiter else TaskFuture(self)
         tid = next(self._task_ids)
         data = pickle.dumps(("task", tid, task_name, payload), protocol=pickle.HIGHEST_PROTOCOL)
         timeout = self.task_timeout_s if timeout_s is None else timeout_s
@@ -287,7 +332,7 @@ class WorkerPool:
                     f"{self.max_pending_bytes} bytes); retry later"))
                 return future
             deadline = time.monotonic() + timeout if timeout else None
-            task = _Task(tid, task_name, data, len(data), future, deadline, timeout)
+            task = _Task(tid, task_name, data, len(data), future, deadline, timeout, waiter=waiter)
             future._task = task
             self._pending_tasks += 1
             self._pending_bytes += len(data)
@@ -300,8 +345,16 @@ class WorkerPool:
         return future
 
     def run(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> Any:
-        """Submit and wait; returns the value or raises the typed error."""
-        return self.submit(task_name, payload, timeout_s=timeout_s).result()
+        """Submit and wait; returns the value or raises the typed error.
+
+        The calling thread reads its task's reply from the worker's pipe itself (the reader role
+        of that worker, one thread at a time), so a round trip needs no dispatcher wake-up and no
+        future hand-off; the dispatcher still handles deadlines, idle retirement and deaths."""
+        future = self._submit(task_name, payload, timeout_s, True)
+        task = future._task
+        if task is not None:
+            self._wait_direct(task)
+        return future.result()
 
     def broadcast(self, control: str, payload: Any) -> int:
         """Send a control message (no reply) to every live worker; returns how many got it."""
@@ -431,6 +484,11 @@ class WorkerPool:
                 task.slot = None
                 self._finish(task, exc=WorkerUnavailable(f"worker of pool {self.name!r} is gone ({exc}); retry"))
                 self._kill(slot)
+                continue
+            if not task.waiter:
+                self._wake()  # nobody reads this reply in run(): the dispatcher must watch the pipe
+            elif task.signal is not None:
+                self._signal(task)
         return to_start
 
     def _start_slot(self, slot: _Slot) -> None:
@@ -455,6 +513,10 @@ class WorkerPool:
             self.stats["started"] += 1
             slot.proc = proc
             slot.conn = parent
+            poller = select.poll()
+            poller.register(parent.fileno(), select.POLLIN)
+            poller.register(proc.sentinel, select.POLLIN)
+            slot.poller = poller
             if self._closed or slot.state == "retiring":
                 proc.kill()
                 return
@@ -481,6 +543,10 @@ class WorkerPool:
             return False
         task.slot = slot
         slot.queued.append(task)
+        if not task.waiter:
+            self._wake()
+        elif task.signal is not None:
+            self._signal(task)
         return True
 
     def _requeue_pipelined(self, slot: _Slot) -> None:
@@ -500,6 +566,8 @@ class WorkerPool:
         self._pending_bytes -= task.nbytes
         if self._pending_tasks == 0:
             self._idle_cv.notify_all()
+        if task.signal is not None:
+            self._signal(task)
         fut = task.future
         if fut.done():
             return
@@ -520,6 +588,9 @@ class WorkerPool:
     def _dispose(self, slot: _Slot) -> None:
         if slot in self._slots:
             self._slots.remove(slot)
+        if slot.reading:
+            slot.dispose_pending = True  # a thread is reading the pipe: it closes it when done
+            return
         if slot.conn is not None:
             try:
                 slot.conn.close()
@@ -554,7 +625,12 @@ class WorkerPool:
         self._pending_bytes -= task.nbytes
         if self._pending_tasks == 0:
             self._idle_cv.notify_all()
-        concurrent.futures.Future.cancel(task.future)
+        if task.signal is not None:
+            self._signal(task)
+        if isinstance(task.future, TaskFuture):
+            concurrent.futures.Future.cancel(task.future)
+        else:
+            task.future.set_exception(concurrent.futures.CancelledError())
 
     def _on_reply(self, slot: _Slot) -> None:
         try:
@@ -562,6 +638,9 @@ class WorkerPool:
         except (EOFError, OSError):
             self._on_death(slot)
             return
+        self._handle_reply(slot, data)
+
+    def _handle_reply(self, slot: _Slot, data: bytes) -> None:
         task_id, reply = pickle.loads(data)
         task = slot.task
         if task is None or task.id != task_id:
@@ -578,7 +657,9 @@ class WorkerPool:
             return
         if slot.state == "busy" and slot.task is None:
             slot.state = "idle"
-            slot.idle_since = time.monotonic()
+            slot.idle_since = now = time.monotonic()
+            if self.idle_timeout_s and now + self.idle_timeout_s < self._wake_at:
+                self._wake()
 
     def _retire(self, slot: _Slot) -> None:
         slot.state = "retiring"
@@ -610,14 +691,18 @@ class WorkerPool:
                 if self._closed and not any(s.proc is not None and s.state != "dead" for s in self._slots):
                     return
                 watched: dict[Any, tuple[str, _Slot]] = {}
-                for slot in self._slots:
-                    if slot.conn is not None and slot.state in ("idle", "busy", "retiring"):
-                        watched[slot.conn] = ("conn", slot)
-                    if slot.proc is not None and slot.state != "dead":
-                        watched[slot.proc.sentinel] = ("sentinel", slot)
                 now = time.monotonic()
                 wake_at = float("inf")
                 for slot in self._slots:
+                    # replies that callers in run() read themselves are not watched here
+                    if (slot.conn is not None and not slot.reading and slot.state in ("idle", "busy", "retiring")
+                            and self._unread_locked(slot)):
+                        watched[slot.conn] = ("conn", slot)
+                    if slot.proc is not None and slot.state != "dead":
+                        watched[slot.proc.sentinel] = ("sentinel", slot)
+                    if slot.state == "busy" and self.idle_timeout_s:
+                        # it may go idle without the dispatcher seeing the reply; look again by then
+                        wake_at = min(wake_at, now + self.idle_timeout_s)
                     if slot.task is not None and slot.task.deadline is not None:
                         wake_at = min(wake_at, slot.task.deadline)
                     for queued in slot.queued:
@@ -643,16 +728,163 @@ class WorkerPool:
                 # replies before deaths: a worker may reply and then exit
                 for obj in ready:
                     kind_slot = watched.get(obj)
-                    if kind_slot and kind_slot[0] == "conn" and kind_slot[1].conn is obj:
+                    if (kind_slot and kind_slot[0] == "conn" and kind_slot[1].conn is obj
+                            and not kind_slot[1].reading and obj.poll(0)):
                         self._on_reply(kind_slot[1])
+                deferred = False
                 for obj in ready:
                     kind_slot = watched.get(obj)
                     if kind_slot and kind_slot[0] == "sentinel" and kind_slot[1].state != "dead":
-                        self._on_death(kind_slot[1])
+                        if kind_slot[1].reading:
+                            deferred = True  # the reading caller sees the death too and handles it
+                        else:
+                            self._drain_and_die(kind_slot[1])
                 self._expire_locked(time.monotonic())
                 to_start = self._dispatch_locked()
             for slot in to_start:
                 threading.Thread(target=self._start_slot, args=(slot,), daemon=True).start()
+            if deferred:
+                time.sleep(0.001)
+
+    # -- the reader role: a caller in run() reads replies from its task's worker -----------------
+
+    @staticmethod
+    def _unread_locked(slot: _Slot) -> bool:
+        """Whether ``slot`` has a task in flight whose reply no caller in run() will read."""
+        task = slot.task
+        if task is not None and not task.waiter:
+            return True
+        for queued in slot.queued:
+            if not queued.waiter:
+                return True
+        return False
+
+    @staticmethod
+    def _signal(task: _Task) -> None:
+        sig = task.signal
+        task.signal = None
+        try:
+            sig.release()
+        except RuntimeError:
+            pass
+
+    def _wait_direct(self, task: _Task) -> None:
+        """Wait for ``task`` in the calling thread, reading its worker's replies when it may."""
+        lock = self._lock
+        slot: _Slot | None = None
+        sig = None
+        try:
+            while True:
+                with lock:
+                    if slot is not None and (task.done or task.slot is not slot or slot.conn is None
+                                             or slot.state == "dead"):
+                        self._release_reader(slot)
+                        slot = None
+                    if task.done:
+                        return
+                    if slot is None:
+                        cand = task.slot
+                        if (cand is not None and not cand.reading and cand.conn is not None
+                                and cand.poller is not None and cand.state != "dead"):
+                            cand.reading = True
+                            slot = cand
+                        else:
+                            sig = _thread.allocate_lock()
+                            sig.acquire()
+                            task.signal = sig
+                if slot is None:
+                    # parked: woken when the task gets a worker, finishes, or the reader role frees
+                    sig.acquire(timeout=self._turn_timeout(task))
+                    sig = None
+                    continue
+                self._read_once(slot, task)
+        finally:
+            with lock:
+                if slot is not None:
+                    self._release_reader(slot)
+                if task.signal is not None and task.signal is sig:
+                    task.signal = None
+                task.waiter = False
+                cur = task.slot
+                if cur is not None and (cur.task is task or task in cur.queued):
+                    self._wake()  # its reply is still due: the dispatcher reads it now
+
+    @staticmethod
+    def _turn_timeout(task: _Task) -> float:
+        if task.deadline is None:
+            return 1.0
+        return min(1.0, max(0.001, task.deadline - time.monotonic() + 0.002))
+
+    def _release_reader(self, slot: _Slot) -> None:
+        """Give up the reader role of ``slot`` (lock held); hand it to a parked caller, if any."""
+        slot.reading = False
+        if slot.dispose_pending:
+            slot.dispose_pending = False
+            if slot.conn is not None:
+                try:
+                    slot.conn.close()
+                except OSError:
+                    pass
+                slot.conn = None
+            return
+        task = slot.task
+        if task is not None and task.signal is not None:
+            self._signal(task)
+            return
+        for queued in slot.queued:
+            if queued.signal is not None:
+                self._signal(queued)
+                return
+        if self._unread_locked(slot):
+            self._wake()
+
+    def _read_once(self, slot: _Slot, task: _Task) -> None:
+        """Wait (bounded) for one reply or the death of ``slot``'s worker and handle it."""
+        if task.deadline is None:
+            ms = 1000
+        else:
+            ms = min(1000, max(1, int((task.deadline - time.monotonic()) * 1000) + 2))
+        events = slot.poller.poll(ms)
+        if not events:
+            return
+        conn = slot.conn
+        fd = conn.fileno()
+        if any(e_fd == fd for e_fd, _ in events):
+            try:
+                data = conn.recv_bytes()
+            except (EOFError, OSError):
+                data = None
+            with self._lock:
+                if slot.state == "dead":
+                    return
+                if data is None:
+                    self._on_death(slot)
+                else:
+                    self._handle_reply(slot, data)
+                to_start = self._dispatch_locked()
+        else:
+            with self._lock:
+                if slot.state == "dead":
+                    return
+                self._drain_and_die(slot)
+                to_start = self._dispatch_locked()
+                self._wake()
+        for extra in to_start:
+            threading.Thread(target=self._start_slot, args=(extra,), daemon=True).start()
+
+    def _drain_and_die(self, slot: _Slot) -> None:
+        """The worker of ``slot`` exited: handle replies it sent first, then its death (lock held)."""
+        conn = slot.conn
+        while conn is not None and slot.state != "dead":
+            try:
+                if not conn.poll(0):
+                    break
+                data = conn.recv_bytes()
+            except (EOFError, OSError):
+                break
+            self._handle_reply(slot, data)
+        if slot.state != "dead":
+            self._on_death(slot)
 
     def _expire_locked(self, now: float) -> None:
         for slot in list(self._slots):
