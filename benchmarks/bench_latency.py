@@ -156,7 +156,7 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
     index = faiss.IndexFlatIP(DIMS)
     index.add(vecs)
     res["raw faiss"] = timed(lambda i: index.search(qvecs[i : i + 1], 24), n_queries)
-    del index
+    index.reset()  # free the copy before the engine builds its own
 
     kw = SearchEngine(MemoryCoreConfig(state_dir=workdir), db, None)
     res["memory-core keyword-only"] = timed(lambda i: kw.search(queries[i]), n_queries)

@@ -274,8 +274,6 @@ class _ModelOnly:
 
 def evaluate(n_queries: int, n_docs: int, *, seed: int = 0, workdir: str | None = None,
              with_vectors: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
-    from memory_core.config import MemoryCoreConfig
-    from memory_core.search.engine import SearchEngine
 
     t0 = time.perf_counter()
     docs, queries = build_dataset(n_queries, n_docs, seed)

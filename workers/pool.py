@@ -32,7 +32,6 @@ import threading
 import time
 import _thread
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 

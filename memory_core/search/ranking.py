@@ -3,7 +3,7 @@ worker can run a whole search (``host_facades.search_run``). Not a copy: the sam
 
 from host_facades.ranking import *  # noqa: F403
 # names ``import *`` skips (private helpers) or that callers import by name
-from host_facades.ranking import (
+from host_facades.ranking import (  # noqa: F401 - re-exports
     _DATED_RE,
     _RESET_RE,
     DAY_MS,
