@@ -119,31 +119,30 @@ def scan_paths(cfg: Any, workspace: str, wanted: set[str]) -> ScanResult:
         if listing.errors:
             result.ok = False
             result.problems.extend(listing.errors)
-        for path in listing.files:
-            rel = src.relative_source_path(workspace, path)
-            if rel not in wanted:
-                continue
-            try:
-                entry = src.build_file_entry(workspace, path)
-            except src.SourceReadError as exc:
-                result.problems.append(src.SourceProblem(rel, exc.code, exc.message))
-                continue
-            if entry is not None:
-                result.entries.append(entry)
+        _add_wanted(result, wanted, ((src.relative_source_path(workspace, path), workspace, path)
+                                     for path in listing.files), src.build_file_entry)
     if "sessions" in cfg.sources:
         sessions_dir = resolve_sessions_dir(cfg, workspace)
-        for path in src.list_session_files(sessions_dir):
-            rel = f"sessions/{os.path.basename(path)}"
-            if rel not in wanted:
-                continue
-            try:
-                entry = src.build_session_entry(sessions_dir, path)
-            except src.SourceReadError as exc:
-                result.problems.append(src.SourceProblem(rel, exc.code, exc.message))
-                continue
-            if entry is not None:
-                result.entries.append(entry)
+        _add_wanted(result, wanted, ((f"sessions/{os.path.basename(path)}", sessions_dir, path)
+                                     for path in src.list_session_files(sessions_dir)), src.build_session_entry)
     return result
+
+
+def _add_wanted(result: Any, wanted: Any, candidates: Any, build: Any) -> None:
+    """Build the entries of the ``(rel, root, abs_path)`` candidates whose ``rel`` is wanted; a file
+    that cannot be read becomes a problem, a vanished one is skipped."""
+    from memory_core import sources as src
+
+    for rel, root, path in candidates:
+        if rel not in wanted:
+            continue
+        try:
+            entry = build(root, path)
+        except src.SourceReadError as exc:
+            result.problems.append(src.SourceProblem(rel, exc.code, exc.message))
+            continue
+        if entry is not None:
+            result.entries.append(entry)
 
 
 def _problem_dict(p: Any, workspace: str) -> dict[str, str]:

@@ -273,3 +273,14 @@ def test_full_reindex_keeps_forgotten_sessions_forgotten(tmp_path):
     assert [r[0] for r in ro.execute("SELECT path FROM memory_index_forgotten")] == [
         "sessions/0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11.jsonl"]
     ro.close()
+
+
+def test_targeted_sync_reports_a_file_that_turned_binary_and_keeps_its_rows(workspace, state_home):
+    (workspace / "memory" / "a.md").write_text("hello world\n")
+    with MemoryCore(str(workspace)) as core:
+        core.index()
+        (workspace / "memory" / "a.md").write_bytes(b"\x00\x01binary")
+        summary = core.sync(paths=["memory/a.md"]).to_json()
+        assert [(p["path"], p["code"]) for p in summary["problems"]] == [("memory/a.md", "binary")]
+        assert (summary["skipped"], summary["changed"], summary["removed"]) == (1, 0, 0)
+        assert [h.path for h in core.search("hello", min_score=0)] == ["memory/a.md"]
