@@ -556,9 +556,8 @@ class WorkerPool:
             if not task.done:
                 self._queue.appendleft(task)
 
-    def _finish(self, task: _Task, *, value: Any = None, exc: BaseException | None = None) -> None:
-        if task.done:
-            return
+    def _retire_task(self, task: _Task) -> None:
+        """Mark ``task`` done and release its admission budget (called with the pool lock held)."""
         task.done = True
         task.data = b""
         self._pending_tasks -= 1
@@ -567,6 +566,11 @@ class WorkerPool:
             self._idle_cv.notify_all()
         if task.signal is not None:
             self._signal(task)
+
+    def _finish(self, task: _Task, *, value: Any = None, exc: BaseException | None = None) -> None:
+        if task.done:
+            return
+        self._retire_task(task)
         fut = task.future
         if fut.done():
             return
@@ -618,14 +622,7 @@ class WorkerPool:
             return True
 
     def _finish_cancelled(self, task: _Task) -> None:
-        task.done = True
-        task.data = b""
-        self._pending_tasks -= 1
-        self._pending_bytes -= task.nbytes
-        if self._pending_tasks == 0:
-            self._idle_cv.notify_all()
-        if task.signal is not None:
-            self._signal(task)
+        self._retire_task(task)
         if isinstance(task.future, TaskFuture):
             concurrent.futures.Future.cancel(task.future)
         else:
