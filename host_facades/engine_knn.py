@@ -64,7 +64,7 @@ def read_snapshot(conn: apsw.Connection) -> Iterator[int]:
 #     fp16 (IndexScalarQuantizer QT_fp16, k' = max(4k, k+32)): 3.9 ms/query, 76.8 MB of codes
 #   Memory per generation per process at 100k x 384: 153.6 MB float32 matrix + 38.4 MB int8
 #   codes (fp16: + 76.8 MB). The float32 matrix is kept in memory because the rescoring must be
-#   exact and must not touch SQLite (knn_prepare runs it off the connection), the numpy backend
+#   exact without touching SQLite (the derived state outlives the read transaction), the numpy backend
 #   scans it, and it is the exhaustive fallback.
 # - smaller n (cheap): ``IndexFlatIP`` whose storage IS the matrix (held once), same rescoring.
 # - backend numpy (or no faiss): float32 matrix-vector product, same rescoring.

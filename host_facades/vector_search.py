@@ -252,7 +252,7 @@ def numpy_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | 
 
 
 def faiss_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | None = None) -> list[tuple[str, float]]:
-    """Exact cosine top-``limit``: faiss candidates (fp16 from 20k rows, else flat) rescored exactly."""
+    """Exact cosine top-``limit``: faiss candidates (int8 codes from 20k rows, else flat) rescored exactly."""
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
     return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=not HAVE_FAISS)
 
@@ -270,35 +270,6 @@ def resolve_backend(conn: apsw.Connection, backend: str = "auto") -> str:
     return backend
 
 
-def knn_prepare(
-    conn: apsw.Connection,
-    qvec: Any,
-    *,
-    limit: int,
-    model: str | Sequence[str] | None = None,
-    sources: Sequence[str] | None = None,
-    backend: str = "auto",
-    db_id: str | None = None,
-) -> Callable[[], list[tuple[str, float]]] | None:
-    """For the in-memory backends: a callable computing ``(id, score)`` pairs without touching
-    ``conn`` (faiss and numpy release the GIL, so it can run in a thread while the keyword
-    retriever uses the connection). None when the backend needs the connection (sqlite-vec, scan)
-    or the query vector is all zeros. Rows are attached afterwards with :func:`load_rows`.
-    ``db_id`` is the ``dev:inode`` identity of the file ``conn`` has open (stat'ed when omitted).
-    """
-    if is_zero_vector(qvec):
-        return None
-    used = resolve_backend(conn, backend)
-    if used not in ("faiss", "numpy"):
-        return None
-    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-    state = _state(conn, model, db_id)  # built/loaded now, inside the caller's read transaction
-    state.for_sources(sources or None)
-    limit = max(1, int(limit))
-    exact = used == "numpy"
-    return lambda: state.search(q, limit, sources=sources or None, exact=exact)
-
-
 def knn_search(
     conn: apsw.Connection,
     qvec: Any,
@@ -310,7 +281,7 @@ def knn_search(
     db_id: str | None = None,
 ) -> list[dict[str, Any]]:
     """Top-``limit`` chunks by cosine similarity to ``qvec``; an all-zero vector returns [].
-    ``db_id``: see :func:`knn_prepare`."""
+    ``db_id`` is the ``dev:inode`` identity of the file ``conn`` has open (stat'ed when omitted)."""
     if is_zero_vector(qvec):
         return []
     used = resolve_backend(conn, backend)
