@@ -214,18 +214,6 @@ def _op_fts_raw(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str
     return [(r[0], float(r[1])) for r in rows]
 
 
-def _op_keyword(conn, op: dict, ctx: WorkerContext, env: dict) -> Any:
-    from host_facades import lexical  # H4
-
-    return lexical.keyword_search(conn, **op.get("args", {}))
-
-
-def _op_path(conn, op: dict, ctx: WorkerContext, env: dict) -> Any:
-    from host_facades import lexical  # H4
-
-    return lexical.path_search(conn, **op.get("args", {}))
-
-
 def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
     """Cosine top-k over the generation's vectors of one model (faiss/numpy on derived state)."""
     qvec = op["qvec"]
@@ -250,21 +238,6 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     return pairs
 
 
-def _op_call(conn, op: dict, ctx: WorkerContext, env: dict) -> Any:
-    """Any retrieval function of a ``host_facades`` module that takes the connection first,
-    e.g. ``{"op": "call", "func": "host_facades.lexical.keyword_search_with_fallback", "args": [q],
-    "kwargs": {"limit": 24}}``. Only ``host_facades`` is reachable (workers import nothing else)."""
-    import importlib
-
-    module_name, _, func_name = str(op["func"]).rpartition(".")
-    if not module_name.startswith("host_facades.") or func_name.startswith("_"):
-        raise TaskError("invalid_request", f"worker op 'call' can only reach public host_facades functions, not {op['func']!r}")
-    fn = getattr(importlib.import_module(module_name), func_name, None)
-    if not callable(fn):
-        raise TaskError("invalid_request", f"{op['func']!r} is not a function")
-    return fn(conn, *op.get("args", ()), **op.get("kwargs", {}))
-
-
 def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
     """A WHOLE search (retrieval + metadata + ranking + selection) on this snapshot:
     ``host_facades.search_run.run_search``, the same function in-process searches call; the reply
@@ -283,11 +256,8 @@ def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dic
 
 OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
     "fts_raw": _op_fts_raw,
-    "keyword": _op_keyword,
-    "path": _op_path,
     "vector": _op_vector,
     "metadata": _op_metadata,
-    "call": _op_call,
     "run_search": _op_run_search,
 }
 
@@ -326,7 +296,7 @@ def _hold(spec: dict | None) -> None:
 def retrieve(payload: dict, ctx: WorkerContext) -> dict:
     """Run several retrieval ops and the metadata read in ONE read transaction (one generation).
 
-    payload: ``db_path``; ``ops`` (list of ``{"op": "keyword"|"path"|"vector"|"fts_raw"|"metadata", ...}``);
+    payload: ``db_path``; ``ops`` (list of ``{"op": "run_search"|"vector"|"fts_raw"|"metadata", ...}``);
     ``metadata``: ``"hits"`` (read metadata of every hit id), a list of ids, or absent;
     ``keep``: revisions the owner still leases (derived state of other old revisions is dropped).
     Returns ``{"revision", "db_id", "results": [...per op...], "metadata": {id: row}}``.
