@@ -8,8 +8,7 @@ The owner does only trim/validation, the identity check, the forced sync on an e
 query embedding, candidates = min(200, max(1, floor(maxResults x multiplier))), and building
 :class:`SearchHit` objects from the compact reply.
 
-:func:`retrieve_keyword`, :func:`retrieve_vector`, :func:`retrieve_metadata` and
-:func:`rank_results` remain as the separate steps (tests, tools).
+:func:`rank_results` is the pure ranking step on its own (tests).
 """
 
 from __future__ import annotations
@@ -20,13 +19,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import apsw
 import numpy as np
 
-from host_facades import lexical, vector_search
+from host_facades import lexical
 from host_facades.engine_knn import open_readonly, process_state, read_snapshot
 from host_facades.search_run import run_search
 from host_facades.vectors import encode_vector
@@ -58,44 +57,9 @@ class SearchParams:
 _PARAM_FIELDS = tuple(f.name for f in fields(SearchParams))
 
 
-# ---------------------------------------------------------------------------------------------
-# (a) retrievers: (conn, params) -> plain data
-# ---------------------------------------------------------------------------------------------
-
-
-def fts_available(conn: apsw.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_index_chunks_fts'").fetchone() is not None
-
-
-def fts_tokenizer(conn: apsw.Connection) -> str:
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_index_chunks_fts'").fetchone()
-    return "trigram" if row and "trigram" in row[0] else "unicode61"
-
-
-def retrieve_keyword(conn: apsw.Connection, params: SearchParams) -> dict[str, Any]:
-    """Keyword retriever: strict query, path tiers, conversational fallback (§4)."""
-    return lexical.keyword_search_with_fallback(
-        conn, params.query, limit=params.candidates, sources=list(params.sources), tokenizer=params.tokenizer,
-        or_fallback=params.or_fallback,
-    )
-
-
-def retrieve_vector(conn: apsw.Connection, params: SearchParams, query_vector: Sequence[float], *,
-                    db_id: str | None = None) -> list[dict[str, Any]]:
-    """Vector retriever (§5); an all-zero vector returns []. ``db_id``: identity of conn's file."""
-    return vector_search.knn_search(
-        conn, np.asarray(query_vector, dtype=np.float32), limit=params.candidates, model=params.model,
-        sources=list(params.sources), backend=params.backend, db_id=db_id,
-    )
-
-
-def retrieve_metadata(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Recall metadata, read after retrieval in the same snapshot; vanished chunks are absent."""
-    return lexical.recall_metadata(conn, ids)
-
 
 # ---------------------------------------------------------------------------------------------
-# (b) pure ranking
+# pure ranking
 # ---------------------------------------------------------------------------------------------
 
 
@@ -129,10 +93,6 @@ class SearchDetails:
             "results": [h.to_dict() for h in self.hits],
             "timings_ms": self.timings_ms,
         }
-
-
-def _attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> list[Candidate]:
-    return ranking.attach_metadata(cands, meta)
 
 
 def rank_results(
@@ -497,7 +457,3 @@ class SearchEngine:
             return np.asarray(self.provider.embed_batch([text]), dtype=np.float32)[0]
         return embed_query(self.provider, text)
 
-
-def with_overrides(config: Any, **overrides: Any) -> Any:
-    """A copy of a dataclass-like options object with fields replaced (tests, benchmarks)."""
-    return replace(config, **overrides)
