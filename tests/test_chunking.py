@@ -313,10 +313,22 @@ def test_chunks_cover_every_nonempty_line_in_order(content, tokens, overlap):
         assert c.hash == hash_text(c.text)
         covered.update(range(c.start_line, c.end_line + 1))
     assert {i + 1 for i, line in enumerate(lines) if line} <= covered
-    # With no overlap, the chunk texts are exactly the lines (segments re-joined).
+    # With no overlap, the chunks hold every segment exactly once, in order. A chunk joins its
+    # segments with "\n" even when two segments come from the same long line (spec §2 step 5),
+    # so the texts match the content once the newlines are taken out of both.
     if overlap == 0:
-        joined = "".join(c.text + ("\n" if c.end_line != chunks[i + 1].start_line else "") for i, c in enumerate(chunks[:-1]))
-        assert joined + (chunks[-1].text if chunks else "") == content
+        assert "".join(c.text.replace("\n", "") for c in chunks) == content.replace("\n", "")
+
+
+def test_segments_of_one_long_line_are_joined_with_newline_inside_a_chunk():
+    # 33 UTF-16 units > maxChars 32: the first slice (31 units) weighs 34, so it is re-split into
+    # "a"*20 + "中" + 4 emoji (32) and "😀" (2); the last "😀" is the next slice. The two one-emoji
+    # segments of line 1 share the second chunk, joined with "\n" as upstream does.
+    chunks = chunk_markdown("aaaaaaaaaaaaaaaaaaaa中😀😀😀😀😀😀", 1, 0)
+    assert [(c.text, c.start_line, c.end_line) for c in chunks] == [
+        ("aaaaaaaaaaaaaaaaaaaa中😀😀😀😀", 1, 1),
+        ("😀\n😀", 1, 1),
+    ]
 
 
 @settings(max_examples=100, deadline=None)
