@@ -1,12 +1,13 @@
 """The owner side of the process worker pool (spec §8.1-8.2; upstream ``WorkerTaskPool``).
 
 A :class:`WorkerPool` runs up to ``size`` worker processes (``multiprocess``, start method
-``forkserver`` by default or ``spawn``; never plain ``fork``). Each worker runs one task at a time
-and talks to the owner over its own duplex Pipe. A caller in :meth:`WorkerPool.run` reads its
-reply from its worker's pipe itself (one reader per pipe at a time; a caller whose task is
-pipelined behind another's parks until the reader role is handed to it), so a round trip costs
-two small pickles and no thread hand-off. One dispatcher thread watches the process sentinels,
-deadlines, idle workers and the pipes of tasks no ``run()`` caller waits on (``submit()``).
+``forkserver`` by default or ``spawn``; never plain ``fork``). Each worker runs one task at a time.
+It reads tasks from one request pipe and answers each on the reply channel (a pipe of its own)
+the task was sent with; a worker has ``pipeline_depth`` channels, one per task it may hold. A
+caller in :meth:`WorkerPool.run` reads its reply channel itself, so a round trip costs two small
+pickles, two frames and the wake-up of that one thread: no dispatcher hop and no hand-off
+between callers whose tasks share a worker. One dispatcher thread watches the process sentinels,
+deadlines, idle workers and the channels of tasks no ``run()`` caller waits on (``submit()``).
 
 - Admission: ``max_pending_tasks`` / ``max_pending_bytes`` (queued + running, bytes = pickled
   payload size) fail fast with :class:`~memory_core.errors.WorkerOverloaded`.
@@ -46,11 +47,14 @@ from memory_core.errors import (
     WorkerUnavailable,
     error_from_data,
 )
+from workers.runtime import NO_REPLY, read_frame, write_frame
 
 DEFAULT_MAX_PENDING_TASKS = 1024
 DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
 INDEXING_MAX_PENDING_BYTES = 256 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60.0
+MAX_PIPELINE_DEPTH = 8
+_EXIT = pickle.dumps(("exit",), protocol=pickle.HIGHEST_PROTOCOL)
 FORKSERVER_PRELOAD = ["workers.runtime", "numpy", "workers.tasks"]
 
 _CODE_TO_ERROR: dict[str, type[WorkerError]] = {
@@ -172,38 +176,53 @@ class IsolatedSpawnPopen(_mp_popen_spawn.Popen):
 # --- pool --------------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Task:
     id: int
     name: str
     data: bytes
     nbytes: int
-    future: "TaskFuture"
+    future: "TaskFuture | _RunResult"
     deadline: float | None
     timeout_s: float | None
     slot: "_Slot | None" = None
+    channel: int | None = None  # the reply channel of ``slot`` this task holds while in flight
     done: bool = False
-    # a caller thread waits in ``run()`` and reads this task's reply itself (no dispatcher hop)
+    # a caller thread waits in ``run()`` and reads this task's reply channel itself
     waiter: bool = False
-    # the parked caller's wake-up lock (held; released by ``_signal``) while it waits for a turn
+    # the parked caller's wake-up lock (held; released by ``_signal``) while the task has no worker
     signal: Any = None
 
 
 @dataclass(eq=False)
 class _Slot:
     index: int
-    state: str = "starting"  # starting | idle | busy | retiring
+    state: str = "starting"  # starting | idle | busy | retiring | dead
     proc: Any = None
-    conn: Any = None
-    task: _Task | None = None
-    # pipelined tasks: already sent to this worker, run after ``task`` (pipeline_depth > 1)
-    queued: deque = field(default_factory=deque)
+    sentinel: int | None = None
+    request_fd: int | None = None  # owner -> worker frames
+    channel_fds: list[int] = field(default_factory=list)  # worker -> owner reply channels
+    pollers: list[Any] = field(default_factory=list)  # per channel: poll on its fd + the sentinel
+    owners: list[_Task | None] = field(default_factory=list)  # the task holding each channel
+    free: list[int] = field(default_factory=list)
+    # tasks sent to this worker whose replies were not consumed yet, in send order; the worker
+    # runs them one at a time in that order (``pipeline_depth`` > 1 sends the next ones ahead)
+    inflight: deque = field(default_factory=deque)
+    reading: set[int] = field(default_factory=set)  # channels a thread is reading right now
+    gone: bool = False  # the worker exited; its death is handled once no channel is being read
+    handles: tuple = ()  # the multiprocess Connection objects that own the fds above
     idle_since: float = field(default_factory=time.monotonic)
     tasks_run: int = 0
-    # one thread at a time reads ``conn``: a caller in ``run()`` (the reader role) or the dispatcher
-    reading: bool = False
-    poller: Any = None  # select.poll on conn + process sentinel, used by the reader role
-    dispose_pending: bool = False
+
+    @property
+    def task(self) -> _Task | None:
+        """The task the worker runs now (or last ran, while its reply waits to be read)."""
+        return self.inflight[0] if self.inflight else None
+
+    @property
+    def queued(self) -> list[_Task]:
+        """Tasks sent ahead behind the running one."""
+        return list(self.inflight)[1:]
 
 
 class TaskFuture(concurrent.futures.Future):
@@ -285,8 +304,10 @@ class WorkerPool:
         # worker's pipe, so a worker never idles while the owner's dispatcher thread gets CPU to
         # hand it the next one (on 2 cores shared with the owner that gap cost ~25% of the worker).
         # Only for short, uniform tasks (retrieval): a pipelined task waits behind its worker's task.
-        if not isinstance(pipeline_depth, int) or pipeline_depth < 1:
-            raise ValueError(f"WorkerPool pipeline_depth must be a positive integer, got {pipeline_depth!r}")
+        # Each worker has this many reply channels, one per task it holds.
+        if not isinstance(pipeline_depth, int) or not 1 <= pipeline_depth <= MAX_PIPELINE_DEPTH:
+            raise ValueError(f"WorkerPool pipeline_depth must be an integer in 1..{MAX_PIPELINE_DEPTH}, "
+                             f"got {pipeline_depth!r}")
         self.pipeline_depth = pipeline_depth
         self._ctx = _get_context(start_method)
         self._lock = threading.RLock()
@@ -346,9 +367,9 @@ class WorkerPool:
     def run(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> Any:
         """Submit and wait; returns the value or raises the typed error.
 
-        The calling thread reads its task's reply from the worker's pipe itself (the reader role
-        of that worker, one thread at a time), so a round trip needs no dispatcher wake-up and no
-        future hand-off; the dispatcher still handles deadlines, idle retirement and deaths."""
+        The calling thread reads its task's reply channel itself, so a round trip wakes only
+        that thread: no dispatcher hop, no hand-off between callers. The dispatcher still
+        handles deadlines, idle retirement and deaths."""
         future = self._submit(task_name, payload, timeout_s, True)
         task = future._task
         if task is not None:
@@ -361,9 +382,9 @@ class WorkerPool:
         sent = 0
         with self._lock:
             for slot in self._slots:
-                if slot.state in ("idle", "busy") and slot.conn is not None:
+                if slot.state in ("idle", "busy") and slot.request_fd is not None and not slot.gone:
                     try:
-                        slot.conn.send_bytes(data)
+                        write_frame(slot.request_fd, data, NO_REPLY)
                         sent += 1
                     except OSError:
                         pass
@@ -411,16 +432,13 @@ class WorkerPool:
             self._queue.clear()
             for task in queued:
                 self._finish(task, exc=WorkerUnavailable(f"worker pool {self.name!r} closed before the task ran"))
-            running = [t for s in self._slots for t in ([s.task] if s.task is not None else []) + list(s.queued)]
+            running = [t for s in self._slots for t in s.inflight]
             for task in running:
                 self._finish(task, exc=WorkerUnavailable(f"worker pool {self.name!r} closed while the task ran"))
             slots = list(self._slots)
             for slot in slots:
-                if slot.state == "idle" and slot.conn is not None:
-                    try:
-                        slot.conn.send_bytes(pickle.dumps(("exit",)))
-                    except OSError:
-                        pass
+                if slot.state == "idle" and slot.request_fd is not None:
+                    self._send_exit(slot)
                 slot.state = "retiring"
             self._closed = True
             self._wake()
@@ -433,6 +451,7 @@ class WorkerPool:
         self._dispatcher.join(timeout=5.0)
         with self._lock:
             for slot in slots:
+                slot.state = "dead"
                 self._dispose(slot)
             self._slots.clear()
         for fd in (self._wake_r, self._wake_w):
@@ -456,12 +475,13 @@ class WorkerPool:
             pass
 
     def _dispatch_locked(self) -> list[_Slot]:
-        """Hand queued tasks to idle workers; returns new slots the caller must start (unlocked)."""
+        """Hand queued tasks to idle workers (then, with ``pipeline_depth`` > 1, to busy ones with
+        a free reply channel); returns new slots the caller must start (unlocked)."""
         to_start: list[_Slot] = []
         if self._closed:
             return to_start
         while self._queue:
-            slot = next((s for s in self._slots if s.state == "idle"), None)
+            slot = next((s for s in self._slots if s.state == "idle" and not s.gone), None)
             if slot is None:
                 starting = sum(1 for s in self._slots if s.state == "starting")
                 if starting < len(self._queue) and len(self._slots) < self.size and not self._closing:
@@ -469,37 +489,52 @@ class WorkerPool:
                     self._slots.append(slot)
                     to_start.append(slot)
                     continue
-                if self.pipeline_depth > 1 and self._pipeline_locked():
-                    continue
-                break
+                if self.pipeline_depth > 1:
+                    ahead = [s for s in self._slots if s.state == "busy" and s.free and not s.gone]
+                    slot = min(ahead, key=lambda s: len(s.inflight)) if ahead else None
+                if slot is None:
+                    break
             task = self._queue.popleft()
-            slot.state = "busy"
-            slot.task = task
-            task.slot = slot
-            try:
-                slot.conn.send_bytes(task.data)
-            except OSError as exc:
-                slot.task = None
-                task.slot = None
-                self._finish(task, exc=WorkerUnavailable(f"worker of pool {self.name!r} is gone ({exc}); retry"))
-                self._kill(slot)
-                continue
-            if not task.waiter:
-                self._wake()  # nobody reads this reply in run(): the dispatcher must watch the pipe
-            elif task.signal is not None:
-                self._signal(task)
+            if not self._send_task(slot, task):
+                self._queue.appendleft(task)  # the worker is going; its death is handled by the loop
+                break
         return to_start
+
+    def _send_task(self, slot: _Slot, task: _Task) -> bool:
+        """Write ``task`` to ``slot``'s worker on a free reply channel (lock held)."""
+        ch = slot.free.pop()
+        try:
+            write_frame(slot.request_fd, task.data, ch)
+        except OSError:
+            slot.free.append(ch)
+            slot.state = "retiring"
+            self._wake()
+            return False
+        slot.owners[ch] = task
+        slot.inflight.append(task)
+        slot.state = "busy"
+        task.slot = slot
+        task.channel = ch
+        if not task.waiter:
+            self._wake()  # nobody reads this reply in run(): the dispatcher must watch the channel
+        elif task.signal is not None:
+            self._signal(task)
+        return True
 
     def _start_slot(self, slot: _Slot) -> None:
         """Start a worker process for ``slot`` (called without the lock; may take tens of ms)."""
         try:
-            parent, child = mp_connection.Pipe(duplex=True)
+            req_r, req_w = mp_connection.Pipe(duplex=False)
+            replies = [mp_connection.Pipe(duplex=False) for _ in range(self.pipeline_depth)]
             from workers.runtime import worker_main
 
-            proc = _make_process(self._ctx, self.start_method, worker_main, (child, self.name),
+            proc = _make_process(self._ctx, self.start_method, worker_main,
+                                 (req_r, [w for _, w in replies], self.name),
                                  f"memory-core-{self.name}-{slot.index}")
             proc.start()
-            child.close()
+            req_r.close()
+            for _, w in replies:
+                w.close()
         except Exception as exc:  # noqa: BLE001
             with self._lock:
                 if slot in self._slots:
@@ -511,50 +546,26 @@ class WorkerPool:
         with self._lock:
             self.stats["started"] += 1
             slot.proc = proc
-            slot.conn = parent
-            poller = select.poll()
-            poller.register(parent.fileno(), select.POLLIN)
-            poller.register(proc.sentinel, select.POLLIN)
-            slot.poller = poller
+            slot.sentinel = proc.sentinel
+            slot.handles = (req_w, *(r for r, _ in replies))
+            slot.request_fd = req_w.fileno()
+            slot.channel_fds = [r.fileno() for r, _ in replies]
+            for fd in slot.channel_fds:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                poller.register(proc.sentinel, select.POLLIN)
+                slot.pollers.append(poller)
+            slot.owners = [None] * len(replies)
+            slot.free = list(range(len(replies) - 1, -1, -1))
             if self._closed or slot.state == "retiring":
                 proc.kill()
                 return
             slot.state = "idle"
             slot.idle_since = time.monotonic()
             to_start = self._dispatch_locked()
-            self._wake()  # the dispatcher must watch the new pipe and sentinel
+            self._wake()  # the dispatcher must watch the new sentinel
         for extra in to_start:
             self._start_slot(extra)
-
-    def _pipeline_locked(self) -> bool:
-        """Send the head of the queue to the busy worker with the fewest pipelined tasks, if one
-        has room (``pipeline_depth``); returns whether a task was sent."""
-        busy = [s for s in self._slots if s.state == "busy" and s.conn is not None and s.task is not None
-                and 1 + len(s.queued) < self.pipeline_depth]
-        if not busy:
-            return False
-        slot = min(busy, key=lambda s: len(s.queued))
-        task = self._queue.popleft()
-        try:
-            slot.conn.send_bytes(task.data)
-        except OSError:
-            self._queue.appendleft(task)  # the worker is going; its death is handled by the loop
-            return False
-        task.slot = slot
-        slot.queued.append(task)
-        if not task.waiter:
-            self._wake()
-        elif task.signal is not None:
-            self._signal(task)
-        return True
-
-    def _requeue_pipelined(self, slot: _Slot) -> None:
-        """Tasks sent to ``slot`` behind its running task never started: back to the queue front."""
-        while slot.queued:
-            task = slot.queued.pop()
-            task.slot = None
-            if not task.done:
-                self._queue.appendleft(task)
 
     def _retire_task(self, task: _Task) -> None:
         """Mark ``task`` done and release its admission budget (called with the pool lock held)."""
@@ -588,18 +599,37 @@ class WorkerPool:
             except (ProcessLookupError, OSError):
                 pass
 
+    def _send_exit(self, slot: _Slot) -> bool:
+        try:
+            write_frame(slot.request_fd, _EXIT, NO_REPLY)
+            return True
+        except OSError:
+            return False
+
     def _dispose(self, slot: _Slot) -> None:
+        """Forget a dead slot and close its pipes, unless a thread still reads one (it closes them)."""
         if slot in self._slots:
             self._slots.remove(slot)
         if slot.reading:
-            slot.dispose_pending = True  # a thread is reading the pipe: it closes it when done
             return
-        if slot.conn is not None:
+        handles, slot.handles = slot.handles, ()
+        slot.request_fd = None
+        for handle in handles:
             try:
-                slot.conn.close()
+                handle.close()
             except OSError:
                 pass
-            slot.conn = None
+
+    def _requeue_unstarted(self, slot: _Slot) -> None:
+        """Tasks sent to ``slot`` behind its running task never started: back to the queue front
+        (in order); cancelled ones are dropped. The running task stays in ``inflight``."""
+        while len(slot.inflight) > 1:
+            task = slot.inflight.pop()
+            slot.owners[task.channel] = None
+            task.slot = None
+            task.channel = None
+            if not task.done:
+                self._queue.appendleft(task)
 
     def _cancel(self, task: _Task) -> bool:
         with self._lock:
@@ -612,13 +642,11 @@ class WorkerPool:
                 return True
             slot = task.slot
             self._finish_cancelled(task)
-            if slot is not None and task in slot.queued:
-                return True  # not started: its reply will be ignored
-            if slot is not None:
-                slot.task = None
-                self._requeue_pipelined(slot)
-                self._kill(slot)
-                self._wake()
+            if slot is None or slot.task is not task:
+                return True  # not started: it runs later and its reply is dropped
+            self._requeue_unstarted(slot)
+            self._kill(slot)
+            self._wake()
             return True
 
     def _finish_cancelled(self, task: _Task) -> None:
@@ -628,30 +656,25 @@ class WorkerPool:
         else:
             task.future.set_exception(concurrent.futures.CancelledError())
 
-    def _on_reply(self, slot: _Slot) -> None:
-        try:
-            data = slot.conn.recv_bytes()
-        except (EOFError, OSError):
-            self._on_death(slot)
-            return
-        self._handle_reply(slot, data)
-
-    def _handle_reply(self, slot: _Slot, data: bytes) -> None:
+    def _handle_reply(self, slot: _Slot, ch: int, data: Any) -> None:
+        """A reply frame read from channel ``ch`` of ``slot`` (lock held)."""
         task_id, reply = pickle.loads(data)
-        task = slot.task
+        task = slot.owners[ch]
         if task is None or task.id != task_id:
-            return  # reply of a cancelled task whose worker is being ended
-        slot.task = slot.queued.popleft() if slot.queued else None  # the worker runs the next one now
+            return  # the reply of a task that left this worker (requeued or its worker ended)
+        slot.owners[ch] = None
+        slot.free.append(ch)
+        slot.inflight.remove(task)
         slot.tasks_run += 1
         ok = bool(reply.get("ok"))
         if ok:
             self._finish(task, value=reply.get("value"))
         else:
             self._finish(task, exc=error_from_reply(reply.get("error") or {}))
-        if not ok and self.restart_on_error:
+        if not ok and self.restart_on_error and slot.state != "retiring":
             self._retire(slot)
             return
-        if slot.state == "busy" and slot.task is None:
+        if slot.state == "busy" and not slot.inflight:
             slot.state = "idle"
             slot.idle_since = now = time.monotonic()
             if self.idle_timeout_s and now + self.idle_timeout_s < self._wake_at:
@@ -659,22 +682,38 @@ class WorkerPool:
 
     def _retire(self, slot: _Slot) -> None:
         slot.state = "retiring"
-        try:
-            slot.conn.send_bytes(pickle.dumps(("exit",)))
-        except OSError:
+        if not self._send_exit(slot):
             self._kill(slot)
 
+    def _worker_gone(self, slot: _Slot) -> None:
+        """``slot``'s worker exited (lock held). Once no thread reads its channels: handle the
+        replies it sent before exiting, in order, then its death."""
+        if slot.state == "dead":
+            return
+        slot.gone = True
+        if slot.reading:
+            return  # each reader sees the exit too and calls again when it is done
+        for task in list(slot.inflight):
+            ch = task.channel
+            if ch is None or not _readable(slot.channel_fds[ch]):
+                break  # replies come in order: this task and the ones behind it got none
+            data = read_frame(slot.channel_fds[ch])
+            if data is None:
+                break
+            self._handle_reply(slot, ch, data)
+        self._on_death(slot)
+
     def _on_death(self, slot: _Slot) -> None:
+        self._requeue_unstarted(slot)
         task = slot.task
         code = slot.proc.exitcode if slot.proc is not None else None
-        self._requeue_pipelined(slot)
-        if task is not None:
-            slot.task = None
+        slot.inflight.clear()
+        if task is not None and not task.done:
             self.stats["died"] += 1
             self._finish(task, exc=WorkerUnavailable(
                 f"worker process of pool {self.name!r} exited (code {code}) while running task "
                 f"{task.name!r}; the pool replaces it, retry the request"))
-        if slot.state != "retiring" or task is not None:
+        if slot.state != "retiring" or (task is not None and not task.done):
             self.stats["replaced"] += 1
         slot.state = "dead"
         if slot.proc is not None:
@@ -686,24 +725,23 @@ class WorkerPool:
             with self._lock:
                 if self._closed and not any(s.proc is not None and s.state != "dead" for s in self._slots):
                     return
-                watched: dict[Any, tuple[str, _Slot]] = {}
+                watched: dict[int, tuple[_Slot, int | None]] = {}
                 now = time.monotonic()
                 wake_at = float("inf")
                 for slot in self._slots:
-                    # replies that callers in run() read themselves are not watched here
-                    if (slot.conn is not None and not slot.reading and slot.state in ("idle", "busy", "retiring")
-                            and self._unread_locked(slot)):
-                        watched[slot.conn] = ("conn", slot)
-                    if slot.proc is not None and slot.state != "dead":
-                        watched[slot.proc.sentinel] = ("sentinel", slot)
+                    if slot.state == "dead":
+                        continue
+                    if slot.sentinel is not None and not slot.gone:
+                        watched[slot.sentinel] = (slot, None)
+                    for task in slot.inflight:
+                        # replies a caller in run() reads itself are not watched here
+                        if (not task.waiter or task.done) and task.channel not in slot.reading:
+                            watched[slot.channel_fds[task.channel]] = (slot, task.channel)
+                        if task.deadline is not None and not task.done:
+                            wake_at = min(wake_at, task.deadline)
                     if slot.state == "busy" and self.idle_timeout_s:
                         # it may go idle without the dispatcher seeing the reply; look again by then
                         wake_at = min(wake_at, now + self.idle_timeout_s)
-                    if slot.task is not None and slot.task.deadline is not None:
-                        wake_at = min(wake_at, slot.task.deadline)
-                    for queued in slot.queued:
-                        if queued.deadline is not None and not queued.done:
-                            wake_at = min(wake_at, queued.deadline)
                     if slot.state == "idle" and self.idle_timeout_s:
                         wake_at = min(wake_at, slot.idle_since + self.idle_timeout_s)
                 for task in self._queue:
@@ -713,7 +751,7 @@ class WorkerPool:
                     wake_at = min(wake_at, now + 0.05)
                 self._wake_at = wake_at
             timeout = None if wake_at == float("inf") else max(0.0, wake_at - now)
-            ready = mp_connection.wait(list(watched) + [self._wake_r], timeout)
+            ready = mp_connection.wait([*watched, self._wake_r], timeout)
             to_start: list[_Slot] = []
             with self._lock:
                 if self._wake_r in ready:
@@ -722,38 +760,25 @@ class WorkerPool:
                     except OSError:
                         pass
                 # replies before deaths: a worker may reply and then exit
-                for obj in ready:
-                    kind_slot = watched.get(obj)
-                    if (kind_slot and kind_slot[0] == "conn" and kind_slot[1].conn is obj
-                            and not kind_slot[1].reading and obj.poll(0)):
-                        self._on_reply(kind_slot[1])
-                deferred = False
-                for obj in ready:
-                    kind_slot = watched.get(obj)
-                    if kind_slot and kind_slot[0] == "sentinel" and kind_slot[1].state != "dead":
-                        if kind_slot[1].reading:
-                            deferred = True  # the reading caller sees the death too and handles it
+                for fd in ready:
+                    slot, ch = watched.get(fd, (None, None))
+                    if (slot is not None and ch is not None and slot.state != "dead" and ch not in slot.reading
+                            and slot.owners[ch] is not None and _readable(fd)):
+                        data = read_frame(fd)
+                        if data is None:
+                            self._worker_gone(slot)
                         else:
-                            self._drain_and_die(kind_slot[1])
+                            self._handle_reply(slot, ch, data)
+                for fd in ready:
+                    slot, ch = watched.get(fd, (None, None))
+                    if slot is not None and ch is None:
+                        self._worker_gone(slot)
                 self._expire_locked(time.monotonic())
                 to_start = self._dispatch_locked()
             for slot in to_start:
                 threading.Thread(target=self._start_slot, args=(slot,), daemon=True).start()
-            if deferred:
-                time.sleep(0.001)
 
-    # -- the reader role: a caller in run() reads replies from its task's worker -----------------
-
-    @staticmethod
-    def _unread_locked(slot: _Slot) -> bool:
-        """Whether ``slot`` has a task in flight whose reply no caller in run() will read."""
-        task = slot.task
-        if task is not None and not task.waiter:
-            return True
-        for queued in slot.queued:
-            if not queued.waiter:
-                return True
-        return False
+    # -- a caller in run() reads its own reply channel -------------------------------------------
 
     @staticmethod
     def _signal(task: _Task) -> None:
@@ -765,45 +790,36 @@ class WorkerPool:
             pass
 
     def _wait_direct(self, task: _Task) -> None:
-        """Wait for ``task`` in the calling thread, reading its worker's replies when it may."""
+        """Wait for ``task`` in the calling thread, reading its reply channel when it has one."""
         lock = self._lock
-        slot: _Slot | None = None
         sig = None
         try:
             while True:
                 with lock:
-                    if slot is not None and (task.done or task.slot is not slot or slot.conn is None
-                                             or slot.state == "dead"):
-                        self._release_reader(slot)
-                        slot = None
                     if task.done:
                         return
-                    if slot is None:
-                        cand = task.slot
-                        if (cand is not None and not cand.reading and cand.conn is not None
-                                and cand.poller is not None and cand.state != "dead"):
-                            cand.reading = True
-                            slot = cand
-                        else:
-                            sig = _thread.allocate_lock()
-                            sig.acquire()
-                            task.signal = sig
+                    slot, ch = task.slot, task.channel
+                    if slot is None or ch is None or slot.gone or ch in slot.reading:
+                        # parked: woken when the task gets a worker or finishes
+                        sig = _thread.allocate_lock()
+                        sig.acquire()
+                        task.signal = sig
+                        slot = None
+                    else:
+                        slot.reading.add(ch)
                 if slot is None:
-                    # parked: woken when the task gets a worker, finishes, or the reader role frees
                     sig.acquire(timeout=self._turn_timeout(task))
                     sig = None
                     continue
-                self._read_once(slot, task)
-        finally:
+                if self._read_channel(slot, ch, task):
+                    return
+        except BaseException:
             with lock:
-                if slot is not None:
-                    self._release_reader(slot)
                 if task.signal is not None and task.signal is sig:
                     task.signal = None
                 task.waiter = False
-                cur = task.slot
-                if cur is not None and (cur.task is task or task in cur.queued):
-                    self._wake()  # its reply is still due: the dispatcher reads it now
+                self._wake()  # its reply may still be due: the dispatcher reads it now
+            raise
 
     @staticmethod
     def _turn_timeout(task: _Task) -> float:
@@ -811,87 +827,55 @@ class WorkerPool:
             return 1.0
         return min(1.0, max(0.001, task.deadline - time.monotonic() + 0.002))
 
-    def _release_reader(self, slot: _Slot) -> None:
-        """Give up the reader role of ``slot`` (lock held); hand it to a parked caller, if any."""
-        slot.reading = False
-        if slot.dispose_pending:
-            slot.dispose_pending = False
-            if slot.conn is not None:
-                try:
-                    slot.conn.close()
-                except OSError:
-                    pass
-                slot.conn = None
-            return
-        task = slot.task
-        if task is not None and task.signal is not None:
-            self._signal(task)
-            return
-        for queued in slot.queued:
-            if queued.signal is not None:
-                self._signal(queued)
-                return
-        if self._unread_locked(slot):
-            self._wake()
-
-    def _read_once(self, slot: _Slot, task: _Task) -> None:
-        """Wait (bounded) for one reply or the death of ``slot``'s worker and handle it."""
-        if task.deadline is None:
-            ms = 1000
-        else:
-            ms = min(1000, max(1, int((task.deadline - time.monotonic()) * 1000) + 2))
-        events = slot.poller.poll(ms)
-        if not events:
-            return
-        conn = slot.conn
-        fd = conn.fileno()
-        if any(e_fd == fd for e_fd, _ in events):
-            try:
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
-                data = None
+    def _read_channel(self, slot: _Slot, ch: int, task: _Task) -> bool:
+        """Wait (bounded) for the reply on channel ``ch`` or the exit of ``slot``'s worker and
+        handle it; the caller registered ``ch`` in ``slot.reading``, which this releases.
+        Returns whether ``task`` is done."""
+        data = None
+        exited = False
+        try:
+            fd = slot.channel_fds[ch]
+            if task.deadline is None:
+                # no deadline to watch: block in read; the worker's exit closes the channel (EOF)
+                data = read_frame(fd)
+                exited = data is None
+            else:
+                ms = min(1000, max(1, int((task.deadline - time.monotonic()) * 1000) + 2))
+                events = slot.pollers[ch].poll(ms)
+                if any(e_fd == fd for e_fd, _ in events):
+                    data = read_frame(fd)
+                    exited = data is None
+                elif events:
+                    exited = True
+        finally:
+            to_start: list[_Slot] = []
             with self._lock:
-                if slot.state == "dead":
-                    return
-                if data is None:
-                    self._on_death(slot)
-                else:
-                    self._handle_reply(slot, data)
-                to_start = self._dispatch_locked()
-        else:
-            with self._lock:
-                if slot.state == "dead":
-                    return
-                self._drain_and_die(slot)
-                to_start = self._dispatch_locked()
-                self._wake()
-        for extra in to_start:
-            threading.Thread(target=self._start_slot, args=(extra,), daemon=True).start()
-
-    def _drain_and_die(self, slot: _Slot) -> None:
-        """The worker of ``slot`` exited: handle replies it sent first, then its death (lock held)."""
-        conn = slot.conn
-        while conn is not None and slot.state != "dead":
-            try:
-                if not conn.poll(0):
-                    break
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
-                break
-            self._handle_reply(slot, data)
-        if slot.state != "dead":
-            self._on_death(slot)
+                slot.reading.discard(ch)
+                if data is not None and slot.state != "dead":
+                    self._handle_reply(slot, ch, data)
+                if exited or (slot.gone and not slot.reading):
+                    self._worker_gone(slot)
+                if slot.state == "dead" and not slot.reading and slot.handles:
+                    self._dispose(slot)
+                done = task.done
+                if done and slot.owners[ch] is task:
+                    self._wake()  # finished without its reply (it timed out waiting): the dispatcher reads it
+                if self._queue:
+                    to_start = self._dispatch_locked()
+            for extra in to_start:
+                threading.Thread(target=self._start_slot, args=(extra,), daemon=True).start()
+        return done
 
     def _expire_locked(self, now: float) -> None:
         for slot in list(self._slots):
             task = slot.task
-            if task is not None and task.deadline is not None and now >= task.deadline:
+            if (task is not None and not task.done and task.deadline is not None and now >= task.deadline
+                    and slot.state != "dead" and not _readable(slot.channel_fds[task.channel])):
                 self.stats["timeouts"] += 1
-                slot.task = None
                 self._finish(task, exc=WorkerTimeout(
                     f"task {task.name!r} ran past its {task.timeout_s:g} s timeout in pool {self.name!r}; "
                     "its worker was ended"))
-                self._requeue_pipelined(slot)
+                self._requeue_unstarted(slot)
                 self._kill(slot)
             elif (slot.state == "idle" and self.idle_timeout_s and not self._closing
                   and now - slot.idle_since >= self.idle_timeout_s):
@@ -909,6 +893,13 @@ class WorkerPool:
                 self.stats["timeouts"] += 1
                 self._finish(task, exc=WorkerTimeout(
                     f"task {task.name!r} waited past its {task.timeout_s:g} s timeout in pool {self.name!r}"))
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has data (or EOF) to read now."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class InlinePool:
