@@ -57,6 +57,10 @@ class Lease:
     def release(self) -> None:
         self._registry._release(self)
 
+    def settle(self, db_id: str | None, revision: int) -> None:
+        """``bind`` then ``release`` in one step: the holder read this generation and is done."""
+        self._registry._settle(self, db_id, int(revision))
+
     @property
     def released(self) -> bool:
         return self._released
@@ -103,6 +107,19 @@ class GenerationLeases:
                 return
             lease._released = True
             fire = self._decrement((lease.db_id, lease.revision))
+        self._notify(fire)
+
+    def _settle(self, lease: Lease, db_id: str | None, revision: int) -> None:
+        fire = None
+        with self._lock:
+            if lease._released:
+                return
+            lease._released = True
+            fire = self._decrement((lease.db_id, lease.revision))
+            if (fire is None and db_id is not None and (lease.db_id, lease.revision) != (db_id, revision)
+                    and (db_id, revision) not in self._counts):
+                fire = db_id, revision, self._leased_locked(db_id)  # as a bind + the last release
+            lease.db_id, lease.revision = db_id, revision
         self._notify(fire)
 
     def _decrement(self, key: tuple[str | None, int | None]) -> tuple[str, int, set[int]] | None:

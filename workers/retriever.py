@@ -45,8 +45,9 @@ class PooledRetriever:
                 payload["hold"] = hold
             result = self.pool.run("retrieve", payload, timeout_s=timeout_s or self.timeout_s)
             if result.get("db_id") is not None:
-                lease.bind(result["db_id"], int(result["revision"]))
-                self._saw(result["db_id"], int(result["revision"]))
+                db_id, revision = result["db_id"], int(result["revision"])
+                self._saw(db_id, revision)
+                lease.settle(db_id, revision)  # the whole read ran in the task: done with it
             return result
         finally:
             lease.release()
@@ -64,6 +65,8 @@ class PooledRetriever:
         return self.pool.run("index_state", {"db_path": self.db_path}, timeout_s=self.timeout_s)
 
     def _saw(self, db_id: str, revision: int) -> None:
+        if self.current_db_id == db_id and self.current.get(db_id, -1) >= revision:
+            return  # nothing new (read without the lock; a change is handled under it)
         changed = False
         old_db = None
         with self._lock:
@@ -79,7 +82,7 @@ class PooledRetriever:
             self._broadcast_retain(db_id)
 
     def _broadcast_retain(self, db_id: str) -> None:
-        keep = self.leases.leased_revisions(db_id)
+        keep = set(self.leases.leased_revisions(db_id))
         cur = self.current.get(db_id)
         if cur is not None:
             keep.add(cur)

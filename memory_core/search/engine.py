@@ -131,6 +131,20 @@ def _get(obj: Any, path: str, default: Any) -> Any:
     return default if cur is None else cur
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What a search reads from the configuration (``SearchEngine._settings``)."""
+
+    max_results: Any
+    min_score: Any
+    sources: tuple[str, ...]
+    provider: str
+    hybrid_enabled: bool
+    candidate_multiplier: float
+    backend: str
+    ranking: dict[str, Any]  # RankingOptions fields but now_ms / active_project_keys
+
+
 def candidate_count(max_results: int, multiplier: float) -> int:
     """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (§6.1 step 9)."""
     return min(MAX_CANDIDATES, max(1, math.floor(max_results * multiplier)))
@@ -173,29 +187,51 @@ class SearchEngine:
         # False reproduces upstream's per-keyword probes only (benchmarks compare both).
         self.or_fallback = True
         self._lock = threading.RLock()
+        self._settings_cache: tuple[Any, _Settings] | None = None
         self._conn: apsw.Connection | None = None
         self._conn_ident: tuple[int, int] | None = None
 
     # -------------------------------------------------------------- settings
-    def _ranking_options(self, active_project_keys: Sequence[str] | None) -> ranking.RankingOptions:
+    def _settings(self) -> _Settings:
+        """The search settings of ``self.config``, read once per config object (the config
+        models are treated as immutable: a new config is a new object, e.g. ``model_copy``)."""
+        cached = self._settings_cache
+        if cached is not None and cached[0] is self.config:
+            return cached[1]
         c = self.config
-        return ranking.RankingOptions(
-            vector_weight=float(_get(c, "query.hybrid.vector_weight", 0.7)),
-            text_weight=float(_get(c, "query.hybrid.text_weight", 0.3)),
-            fusion=str(_get(c, "query.hybrid.fusion", "weighted")),
-            rrf_k=int(_get(c, "query.hybrid.rrf_k", 60)),
-            mmr_enabled=bool(_get(c, "query.hybrid.mmr.enabled", True)),
-            mmr_lambda=float(_get(c, "query.hybrid.mmr.lambda_", 0.7)),
-            decay_enabled=bool(_get(c, "query.hybrid.temporal_decay.enabled", True)),
-            half_life_days=float(_get(c, "query.hybrid.temporal_decay.half_life_days", 30)),
-            now_ms=float(self._now_ms()),
-            active_project_keys=tuple(active_project_keys) if active_project_keys is not None else None,
+        settings = _Settings(
+            max_results=_get(c, "query.max_results", 6),
+            min_score=_get(c, "query.min_score", 0.35),
+            sources=tuple(_get(c, "sources", ["memory"])) or ("memory",),
+            provider=str(_get(c, "provider", "none")),
+            hybrid_enabled=bool(_get(c, "query.hybrid.enabled", True)),
+            candidate_multiplier=float(_get(c, "query.hybrid.candidate_multiplier", 4)),
+            backend=str(_get(c, "store.vector.backend", "auto")),
+            ranking={
+                "vector_weight": float(_get(c, "query.hybrid.vector_weight", 0.7)),
+                "text_weight": float(_get(c, "query.hybrid.text_weight", 0.3)),
+                "fusion": str(_get(c, "query.hybrid.fusion", "weighted")),
+                "rrf_k": int(_get(c, "query.hybrid.rrf_k", 60)),
+                "mmr_enabled": bool(_get(c, "query.hybrid.mmr.enabled", True)),
+                "mmr_lambda": float(_get(c, "query.hybrid.mmr.lambda_", 0.7)),
+                "decay_enabled": bool(_get(c, "query.hybrid.temporal_decay.enabled", True)),
+                "half_life_days": float(_get(c, "query.hybrid.temporal_decay.half_life_days", 30)),
+            },
         )
+        self._settings_cache = (c, settings)
+        return settings
+
+    def _ranking_fields(self, active_project_keys: Sequence[str] | None) -> dict[str, Any]:
+        """The :class:`~host_facades.ranking.RankingOptions` fields of one search."""
+        return {
+            **self._settings().ranking,
+            "now_ms": float(self._now_ms()),
+            "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
+        }
 
     def _sources(self, sources: Sequence[str] | str | None) -> tuple[str, ...]:
         if sources is None:
-            configured = _get(self.config, "sources", ["memory"])
-            return tuple(configured) or ("memory",)
+            return self._settings().sources
         if isinstance(sources, str):
             sources = [s.strip() for s in sources.split(",") if s.strip()]
         bad = [s for s in sources if s not in VALID_SOURCES]
@@ -299,8 +335,8 @@ class SearchEngine:
             )
 
     def _validate_numbers(self, max_results: Any, min_score: Any) -> tuple[int, float]:
-        mr = max_results if max_results is not None else int(_get(self.config, "query.max_results", 6))
-        ms = min_score if min_score is not None else float(_get(self.config, "query.min_score", 0.35))
+        mr = max_results if max_results is not None else self._settings().max_results
+        ms = min_score if min_score is not None else self._settings().min_score
         if isinstance(mr, bool) or not isinstance(mr, (int, float)) or not math.isfinite(mr) or int(mr) < 1:
             raise InvalidRequest(f"max_results must be an integer >= 1, got {max_results!r}")
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
@@ -327,15 +363,14 @@ class SearchEngine:
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  active_project_keys: Sequence[str] | None, details: bool) -> dict[str, Any]:
         """The plain-data request of :func:`host_facades.search_run.run_search` (no ``qvec`` yet)."""
-        opts = self._ranking_options(active_project_keys)
-        hybrid_enabled = bool(_get(self.config, "query.hybrid.enabled", True))
+        st = self._settings()
         return {
             "query": q, "sources": list(srcs),
-            "candidates": candidate_count(mr, float(_get(self.config, "query.hybrid.candidate_multiplier", 4))),
+            "candidates": candidate_count(mr, st.candidate_multiplier),
             "model": getattr(self.provider, "model", None),
-            "backend": str(_get(self.config, "store.vector.backend", "auto")), "or_fallback": self.or_fallback,
-            "want_keyword": hybrid_enabled or not want_vector,
-            "ranking": dict(vars(opts)),
+            "backend": st.backend, "or_fallback": self.or_fallback,
+            "want_keyword": st.hybrid_enabled or not want_vector,
+            "ranking": self._ranking_fields(active_project_keys),
             "max_results": mr, "min_score": ms, "details": details, "qvec": None,
         }
 
@@ -375,7 +410,7 @@ class SearchEngine:
         srcs = self._sources(sources)
         if not q:
             return SearchDetails(hits=[], mode="empty")
-        provider_name = str(_get(self.config, "provider", "none"))
+        provider_name = self._settings().provider
         if self.provider is None and provider_name != "none" and query_vector is None and not lexical_only:
             raise ProviderUnavailable(
                 f"Memory search unavailable: embedding provider {provider_name!r} is configured but not available; "

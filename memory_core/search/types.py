@@ -53,8 +53,17 @@ _PROVENANCE_KEYS = {"origin_class": "originClass", "session_kind": "sessionKind"
 
 
 def hit_from_row(row: Sequence[Any]) -> SearchHit:
-    """A :class:`SearchHit` from ``host_facades.ranking.Candidate.hit_row`` (citation derived here)."""
+    """A :class:`SearchHit` from ``host_facades.ranking.Candidate.hit_row`` (citation derived here).
+
+    Built without the frozen dataclass ``__init__`` (15 ``object.__setattr__`` calls, ~2 us a hit,
+    a tenth of the owner's work per pooled search): the same fields, set in one step."""
     (cid, path, start, end, score, snippet, source, vscore, tscore, importance, triggers, project_key,
      provenance, mtime) = row
-    return SearchHit(cid, path, start, end, score, snippet, source, vscore, tscore, citation_for(path, start, end),
-                     importance, triggers, project_key, provenance, mtime)
+    hit = _new_hit(SearchHit)
+    hit.__dict__.update(zip(_FIELD_NAMES, (
+        cid, path, start, end, score, snippet, source, vscore, tscore, citation_for(path, start, end),
+        importance, triggers, project_key, provenance, mtime)))
+    return hit
+
+
+_new_hit = object.__new__
