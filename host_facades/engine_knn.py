@@ -17,6 +17,12 @@ from host_facades.sqlite_ext import load_sqlite_vec
 
 SQLITE_IDLE_HANDLE_TTL_S = 30 * 60
 BUSY_TIMEOUT_MS = 5000
+# Readers map the database file (``PRAGMA mmap_size``) instead of copying each page with a pread
+# into a private page cache: a keyword search at 100k chunks makes ~19 preads, and mapping made it
+# ~14% faster here; the pages are the kernel's page cache, shared by every worker. Safe for
+# memory-core's files: the writer never shrinks a file in place (no VACUUM; a full reindex swaps
+# in a new file). ``MEMORY_CORE_READ_MMAP_BYTES=0`` turns it off.
+READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)))
 
 
 def open_readonly(db_path: str, *, load_vec: bool = True) -> apsw.Connection:
@@ -26,6 +32,8 @@ def open_readonly(db_path: str, *, load_vec: bool = True) -> apsw.Connection:
     conn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA query_only=ON")
+    if READ_MMAP_BYTES > 0:
+        conn.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
     if load_vec:
         load_sqlite_vec(conn)
     return conn
