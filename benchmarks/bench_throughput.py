@@ -210,7 +210,7 @@ def independent_qps(db: str, dims: int, kind: str, seconds: float, rounds: int) 
                 p.kill()
 
 
-def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 4.0, samples: int = 200,
+def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 6.0, samples: int = 200,
         db: str | None = None, limit: int = 6, rounds: int = 3) -> dict[str, Any]:
     import faiss
 
@@ -263,10 +263,11 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 4.0, sam
     for name, (config, call) in kinds.items():
         inproc, p1, p2 = engines(config, None), engines(config, 1), engines(config, 2)
         for i in range(20):  # same hits in-process and pooled
-            mismatches += call(inproc, i) != call(p1, i)
+            mismatches += call(inproc, i) != call(p1, i) or call(inproc, i) != call(p2, i)
         variants: dict[str, Callable[[int], Any]] = {
             "in_process": lambda i, e=inproc, c=call: c(e, i),
             "pool_1": lambda i, e=p1, c=call: c(e, i),
+            "pool_2": lambda i, e=p2, c=call: c(e, i),
         }
         if name == "keyword":
             variants["raw_fts5"] = lambda i: conn.execute(raw_sql, (kw[i % 512].replace(" ", " OR "), limit * 4)).fetchall()
@@ -331,7 +332,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 4.0, sam
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--dims", type=int, default=384)
-    p.add_argument("--seconds", type=float, default=4.0, help="duration of each QPS measurement")
+    p.add_argument("--seconds", type=float, default=6.0, help="duration of each QPS measurement (3 alternating rounds)")
     p.add_argument("--samples", type=int, default=200, help="sequential queries per latency measurement")
     p.add_argument("--db", default=None, help="reuse (or create) this benchmark database")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the full results as JSON")

@@ -287,3 +287,83 @@ def test_pipelined_task_times_out_while_waiting(piped):
         waiting.result(timeout=10)
     assert running.result(timeout=10) == 0.6
     assert piped.run("ping", 2) == 2 and piped.stats["replaced"] == 0
+
+
+# --- reply channels: each caller in run() reads the channel its task was sent with -------------
+
+
+def _settled(p):
+    """The pool's single slot once idle: every reply channel free, nothing in flight."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with p._lock:
+            slot = p._slots[0]
+            if not slot.inflight and len(slot.free) == p.pipeline_depth and not slot.reading:
+                return slot
+        time.sleep(0.01)
+    raise AssertionError(f"slot did not settle: inflight={list(slot.inflight)} free={slot.free}")
+
+
+def test_concurrent_callers_sharing_a_worker_each_get_their_own_reply(piped):
+    import threading
+
+    big = b"x" * 300_000  # replies larger than a pipe buffer arrive in several reads
+    errors: list[str] = []
+
+    def caller(k: int) -> None:
+        for i in range(150):
+            payload = (k, i, big) if i % 25 == 0 else (k, i)
+            got = piped.run("ping", payload)
+            if got != payload:
+                errors.append(f"caller {k} call {i} got {str(got)[:60]}")
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    _settled(piped)
+    assert piped.pending_tasks == 0 and piped.stats["replaced"] == 0
+
+
+def test_run_caller_timed_out_behind_a_running_task_leaves_no_stray_reply(piped):
+    import threading
+
+    first = threading.Thread(target=lambda: piped.run("sleep", {"seconds": 0.5}))
+    first.start()
+    _wait_busy(piped)
+    with pytest.raises(WorkerTimeout, match="waited past"):
+        piped.run("ping", "late", timeout_s=0.1)
+    first.join(10)
+    # the late task still ran; its reply was read and dropped, its channel is free again
+    assert [piped.run("ping", i) for i in range(5)] == list(range(5))
+    _settled(piped)
+    assert piped.stats["replaced"] == 0
+
+
+def test_run_callers_on_a_killed_worker_fail_or_move_to_the_replacement(piped):
+    import threading
+
+    out: dict[str, object] = {}
+
+    def call(name, task, payload):
+        try:
+            out[name] = piped.run(task, payload)
+        except Exception as exc:  # noqa: BLE001
+            out[name] = exc
+
+    running = threading.Thread(target=call, args=("running", "sleep", {"seconds": 30}))
+    running.start()
+    victim = _wait_busy(piped)
+    waiting = threading.Thread(target=call, args=("waiting", "pid", None))
+    waiting.start()
+    deadline = time.monotonic() + 5
+    while len(piped._slots[0].inflight) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(victim, signal.SIGKILL)
+    running.join(10)
+    waiting.join(10)
+    assert isinstance(out["running"], WorkerUnavailable)
+    assert isinstance(out["waiting"], int) and out["waiting"] != victim  # ran on the replacement
+    assert piped.pending_tasks == 0

@@ -54,6 +54,8 @@ DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
 INDEXING_MAX_PENDING_BYTES = 256 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60.0
 MAX_PIPELINE_DEPTH = 8
+# bytes of task frames that may wait in a busy worker's request pipe (its buffer is 64 KiB)
+PIPELINE_MAX_BYTES = 32 * 1024
 _EXIT = pickle.dumps(("exit",), protocol=pickle.HIGHEST_PROTOCOL)
 FORKSERVER_PRELOAD = ["workers.runtime", "numpy", "workers.tasks"]
 
@@ -490,7 +492,13 @@ class WorkerPool:
                     to_start.append(slot)
                     continue
                 if self.pipeline_depth > 1:
-                    ahead = [s for s in self._slots if s.state == "busy" and s.free and not s.gone]
+                    # a task sent ahead waits in the request pipe until its worker is free, so the
+                    # frames ahead must fit the pipe's buffer: a write to a busy worker must never
+                    # block while the pool lock is held (the callers that would read that worker's
+                    # replies need the lock to start reading: a deadlock)
+                    nbytes = self._queue[0].nbytes
+                    ahead = [s for s in self._slots if s.state == "busy" and s.free and not s.gone
+                             and nbytes + sum(t.nbytes for t in s.queued) <= PIPELINE_MAX_BYTES]
                     slot = min(ahead, key=lambda s: len(s.inflight)) if ahead else None
                 if slot is None:
                     break
