@@ -188,12 +188,14 @@ def run_sync(
         detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems[:3]) or "unknown error"
         raise ScanFailed(f"listing the memory sources failed ({detail}); the previous index was kept, retry later")
 
-    indexed = {s: writer.indexed_hashes(s) for s in cfg.sources}
+    stats = {s: writer.indexed_stats(s) for s in cfg.sources}
+    indexed = {s: {p: v[2] for p, v in st.items()} for s, st in stats.items()}
     before = previous if previous is not None else indexed
     wanted = None if paths is None else {p.replace(os.sep, "/") for p in paths}
     max_input = int(getattr(provider, "max_input_bytes", 0) or 0) if provider is not None else DEFAULT_MAX_INPUT_BYTES
 
     todo: list[SourceEntry] = []
+    restat: list[tuple[str, str, str, float, int]] = []  # same content, new mtime/size
     for e in result.entries:
         if wanted is not None and e.path not in wanted:
             continue
@@ -206,6 +208,10 @@ def run_sync(
             summary.unchanged += 1
         if force or full or indexed.get(e.source, {}).get(e.path) != e.hash:
             todo.append(e)
+        else:
+            mtime, size, _ = stats[e.source][e.path]
+            if size != e.size or mtime is None or abs(float(mtime) - e.mtime_ms) > 1.0:
+                restat.append((e.path, e.source, e.hash, e.mtime_ms, e.size))
     # From here on only the identities of the scanned entries are needed; each content lives in
     # ``todo`` until it is chunked, so a large transcript's text is not held while publishing (H8).
     scanned = [(e.source, e.path) for e in result.entries]
@@ -301,6 +307,9 @@ def run_sync(
             for source, hashes in previous.items():
                 gone = [p for p in hashes if p not in present.get(source, ()) and p not in problem_paths]
                 summary.removed += len([p for p in gone if wanted is None or p in wanted])
+
+    if restat:  # same content under a new mtime/size (touched, checked out again): record the stat
+        writer.refresh_source_stats(restat)
 
     counts = writer.counts()
     summary.files = counts["files"]

@@ -284,3 +284,23 @@ def test_targeted_sync_reports_a_file_that_turned_binary_and_keeps_its_rows(work
         assert [(p["path"], p["code"]) for p in summary["problems"]] == [("memory/a.md", "binary")]
         assert (summary["skipped"], summary["changed"], summary["removed"]) == (1, 0, 0)
         assert [h.path for h in core.search("hello", min_score=0)] == ["memory/a.md"]
+
+
+def test_touched_file_with_same_content_gets_its_new_stat_and_stops_looking_changed(workspace):
+    # A re-clone or `touch` changes a file's mtime, not its content: the sync publishes nothing,
+    # but it must record the new stat, or every freshness reconcile (the one-shot CLI search runs
+    # one) finds the file "changed" again and each search warns that the index is dirty.
+    write(workspace, "MEMORY.md", "- likes green tea\n")
+    write(workspace, "memory/a.md", "# A\nalpha notes\n")
+    with core_for(workspace) as core:
+        core.index()
+        chunks_before = rows(core, "SELECT id, hash FROM memory_index_chunks ORDER BY id")
+        later = time.time() + 3600
+        os.utime(workspace / "memory" / "a.md", (later, later))
+        assert core.freshness.reconcile() == [str(workspace / "memory" / "a.md")]
+        summary = core.sync()
+        assert (summary.changed, summary.unchanged, summary.chunks_written) == (0, 2, 0)
+        (mtime,) = rows(core, "SELECT mtime FROM memory_index_sources WHERE path = 'memory/a.md'")[0]
+        assert abs(mtime - later * 1000) < 1.0
+        assert rows(core, "SELECT id, hash FROM memory_index_chunks ORDER BY id") == chunks_before
+        assert core.freshness.reconcile() == []

@@ -380,6 +380,25 @@ class IndexWriter:
         return n
 
     @_serialized
+    def refresh_source_stats(self, rows: Sequence[tuple[str, str, str, float, int]]) -> int:
+        """Record a new mtime/size for sources whose content did not change: ``rows`` of
+        ``(path, source, hash, mtime_ms, size)``; a row is updated only while its indexed hash is
+        still ``hash``. Without this, a touched or re-checked-out file looks changed to every
+        freshness reconcile although each sync finds its content the same. Returns rows updated."""
+        if not rows:
+            return 0
+        conn = self._c()
+        updated = 0
+        with conn:
+            for path, source, h, mtime, size in rows:
+                conn.execute(
+                    "UPDATE memory_index_sources SET mtime = ?, size = ? WHERE path = ? AND source = ? AND hash = ?",
+                    (mtime, size, path, source, h),
+                )
+                updated += conn.changes()
+        return updated
+
+    @_serialized
     def delete_if_current(self, path: str, source: str, expected_hash: str) -> bool:
         """Delete ``(path, source)`` only when its indexed hash still equals ``expected_hash``."""
         conn = self._c()
