@@ -367,3 +367,21 @@ def test_run_callers_on_a_killed_worker_fail_or_move_to_the_replacement(piped):
     assert isinstance(out["running"], WorkerUnavailable)
     assert isinstance(out["waiting"], int) and out["waiting"] != victim  # ran on the replacement
     assert piped.pending_tasks == 0
+
+
+def test_broadcasts_to_a_busy_worker_never_block_the_pool():
+    # Control frames to a busy worker wait in its request pipe until its task ends; past a
+    # budget they are skipped, so the pool lock is never held by a write on a full pipe.
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None)
+    try:
+        running = p.submit("sleep", {"seconds": 2.0})
+        _wait_busy(p)
+        t0 = time.monotonic()
+        sent = [p.broadcast("retain", {"db_id": "x", "keep": list(range(20))}) for _ in range(3000)]
+        assert time.monotonic() - t0 < 1.0  # 3000 frames of ~100 B would fill the 64 KiB pipe
+        assert 0 < sum(sent) < 3000
+        assert running.result(timeout=10) == 2.0
+        assert p.broadcast("retain", {"db_id": "x", "keep": []}) == 1  # idle again: sent
+        assert p.run("ping", 7) == 7
+    finally:
+        p.close(drain=False)

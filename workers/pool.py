@@ -54,8 +54,10 @@ DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
 INDEXING_MAX_PENDING_BYTES = 256 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60.0
 MAX_PIPELINE_DEPTH = 8
-# bytes of task frames that may wait in a busy worker's request pipe (its buffer is 64 KiB)
+# bytes of task frames and of control frames that may wait in a busy worker's request pipe
+# (its buffer is 64 KiB: together they must never fill it, see _dispatch_locked)
 PIPELINE_MAX_BYTES = 32 * 1024
+CONTROL_MAX_BYTES = 16 * 1024
 _EXIT = pickle.dumps(("exit",), protocol=pickle.HIGHEST_PROTOCOL)
 FORKSERVER_PRELOAD = ["workers.runtime", "numpy", "workers.tasks"]
 
@@ -211,6 +213,7 @@ class _Slot:
     # runs them one at a time in that order (``pipeline_depth`` > 1 sends the next ones ahead)
     inflight: deque = field(default_factory=deque)
     reading: set[int] = field(default_factory=set)  # channels a thread is reading right now
+    ctl_bytes: int = 0  # control frames written while busy (they wait in the request pipe)
     gone: bool = False  # the worker exited; its death is handled once no channel is being read
     handles: tuple = ()  # the multiprocess Connection objects that own the fds above
     idle_since: float = field(default_factory=time.monotonic)
@@ -384,12 +387,20 @@ class WorkerPool:
         sent = 0
         with self._lock:
             for slot in self._slots:
-                if slot.state in ("idle", "busy") and slot.request_fd is not None and not slot.gone:
-                    try:
-                        write_frame(slot.request_fd, data, NO_REPLY)
-                        sent += 1
-                    except OSError:
-                        pass
+                if slot.state not in ("idle", "busy") or slot.request_fd is None or slot.gone:
+                    continue
+                if slot.state == "busy":
+                    # a busy worker reads them after its task: they wait in the pipe, and a write
+                    # under the pool lock must not block (see _dispatch_locked). Past the budget it
+                    # misses this one; its next task prunes derived state itself (``keep``).
+                    if slot.ctl_bytes + len(data) > CONTROL_MAX_BYTES:
+                        continue
+                    slot.ctl_bytes += len(data)
+                try:
+                    write_frame(slot.request_fd, data, NO_REPLY)
+                    sent += 1
+                except OSError:
+                    pass
         return sent
 
     def prewarm(self, workers: int | None = None) -> None:
@@ -684,6 +695,7 @@ class WorkerPool:
             return
         if slot.state == "busy" and not slot.inflight:
             slot.state = "idle"
+            slot.ctl_bytes = 0  # an idle worker reads its pipe: what waited there is read now
             slot.idle_since = now = time.monotonic()
             if self.idle_timeout_s and now + self.idle_timeout_s < self._wake_at:
                 self._wake()
