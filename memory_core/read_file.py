@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from host_facades.lexical import truncate_snippet  # the same cut in UTF-16 units, no split pair
 from memory_core.errors import InvalidRequest, ReferenceNotFound
 
 DEFAULT_MEMORY_READ_LINES = 120
@@ -44,15 +45,6 @@ class ReadResult:
         if self.next_from is not None:
             out["nextFrom"] = self.next_from
         return out
-
-
-def _truncate_utf16(text: str, limit: int) -> str:
-    units = 0
-    for i, ch in enumerate(text):
-        units += 2 if ord(ch) > 0xFFFF else 1
-        if units > limit:
-            return text[:i]
-    return text
 
 
 def _positive_int(value: Any, fallback: int, name: str) -> int:
@@ -86,7 +78,7 @@ def build_read_result(content: str, rel_path: str, *, from_: int | None = None, 
         text = "\n".join(selected[:included])
     hard = False
     if selected and len(text) > budget:
-        text, included, hard = _truncate_utf16(text, budget), 1, True
+        text, included, hard = truncate_snippet(text, budget), 1, True
     char_cut = hard or included < len(selected)
     next_from = start + included if (not hard and (more_source or included < len(selected))) else None
     truncated = char_cut or more_source
