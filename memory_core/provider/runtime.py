@@ -25,7 +25,6 @@ import hmac
 import json
 import logging
 import math
-import os
 import re
 import secrets
 import threading
@@ -65,6 +64,7 @@ from memory_core.provider.types import (
     OwnerPrivateAudience,
     SessionAuthority,
 )
+from memory_core.store.reader import CachedReader
 
 log = logging.getLogger("memory_core.provider")
 
@@ -233,53 +233,6 @@ def slice_lines(text: str, from_: int | None, lines: int | None) -> dict[str, An
 # --- store reads (run in a thread) ----------------------------------------------------------
 
 
-class CachedReader:
-    """One read-only connection per agent database, reopened when the file is swapped (reindex).
-
-    apsw connections must not be used by two threads at once, so every use holds the lock; the
-    reads here are point lookups, so the lock is held briefly.
-    """
-
-    def __init__(self, db_path: str) -> None:
-        self.db_path = db_path
-        self._conn: Any = None
-        self._ident: tuple[int, int] | None = None
-        self._lock = threading.Lock()
-
-    def run(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn(conn)``; FileNotFoundError when the index was never built."""
-        with self._lock:
-            try:
-                st = os.stat(self.db_path)
-            except FileNotFoundError:
-                self._close_locked()
-                raise
-            ident = (st.st_dev, st.st_ino)
-            if self._conn is None or ident != self._ident:
-                self._close_locked()
-                from host_facades.engine_knn import open_readonly
-
-                self._conn = open_readonly(self.db_path, load_vec=False)
-                self._ident = ident
-            try:
-                return fn(self._conn)
-            except Exception:
-                self._close_locked()  # a broken handle is never reused
-                raise
-
-    def _close_locked(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
-                self._ident = None
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
-
-
 _ROW_KEYS = ("id", "path", "source", "start_line", "end_line", "hash", "text", "importance", "triggers",
              "project_key", "origin_class")
 _ROW_SQL = ("SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.text, r.importance, r.triggers,"
@@ -426,7 +379,7 @@ class MemoryCoreProviderRuntime:
         with self._lock:
             reader = self._readers.get(agent_id)
             if reader is None:
-                reader = self._readers[agent_id] = CachedReader(self._core_locked(agent_id).db_path)
+                reader = self._readers[agent_id] = CachedReader(self._core_locked(agent_id).db_path, load_vec=False)
             return reader
 
     def record_embedding(self, agent_id: str, ok: bool) -> None:

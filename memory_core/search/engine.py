@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,12 +25,13 @@ import apsw
 import numpy as np
 
 from host_facades import lexical
-from host_facades.engine_knn import open_readonly, process_state, read_snapshot
+from host_facades.engine_knn import process_state, read_snapshot
 from host_facades.search_run import run_search
 from host_facades.vectors import encode_vector
-from memory_core.errors import IndexBusy, IndexPaused, InvalidRequest, ProviderUnavailable
+from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
 from memory_core.search import ranking
 from memory_core.search.types import Candidate, SearchHit, hit_from_row
+from memory_core.store.reader import CachedReader
 
 MAX_CANDIDATES = 200
 VALID_SOURCES = ("memory", "sessions")
@@ -188,8 +188,7 @@ class SearchEngine:
         self.or_fallback = True
         self._lock = threading.RLock()
         self._settings_cache: tuple[Any, _Settings] | None = None
-        self._conn: apsw.Connection | None = None
-        self._conn_ident: tuple[int, int] | None = None
+        self._cached = CachedReader(self.db_path)
 
     # -------------------------------------------------------------- settings
     def _settings(self) -> _Settings:
@@ -240,48 +239,17 @@ class SearchEngine:
         return tuple(dict.fromkeys(sources))
 
     # -------------------------------------------------------------- connection
-    def _file_ident(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self.db_path)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino)
-
     def _reader(self) -> apsw.Connection | None:
         """One cached read-only connection, reopened when the file was swapped (atomic reindex)."""
-        ident = self._file_ident()
-        if ident is None:
-            self.close()
-            return None
-        if self._conn is None or ident != self._conn_ident:
-            self.close()
-            conn = None
-            for _attempt in range(3):
-                conn = open_readonly(self.db_path)
-                after = self._file_ident()
-                if after == ident:
-                    break
-                conn.close()  # swapped while opening: the identity must name the file conn has open
-                conn, ident = None, after
-                if ident is None:
-                    return None
-            if conn is None:
-                raise IndexBusy(f"the index file {self.db_path} kept being replaced while opening it; search again")
-            self._conn = conn
-            self._conn_ident = ident
-        return self._conn
+        return self._cached.get()
 
     def _db_id(self) -> str | None:
         """``dev:inode`` of the file the cached reader has open (keys the in-process vector state)."""
-        return None if self._conn_ident is None else f"{self._conn_ident[0]}:{self._conn_ident[1]}"
+        ident = self._cached.ident
+        return None if ident is None else f"{ident[0]}:{ident[1]}"
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
-                self._conn_ident = None
+        self._cached.close()
 
     def _has_content(self) -> bool:
         conn = self._reader()
