@@ -3,7 +3,8 @@
 A *generation* is one value of ``memory_index_state.revision`` of one database file (identity
 ``dev:inode``). A search acquires a :class:`Lease` before it sends work to the pool, binds it to
 the revision its worker reports, and releases it in ``finally`` - also when the worker died or
-timed out. Workers keep derived per-generation state (vector matrix / faiss index) only for the
+timed out. A search that ran whole in one task binds and releases in one step (``settle``);
+``bind`` serves holders that keep reading after the reply (e.g. a search split over tasks). Workers keep derived per-generation state (vector matrix / faiss index) only for the
 current generation plus the leased ones: when the last lease on a generation ends, the
 ``on_last_release`` callback (normally ``pool.broadcast("retain", ...)``) tells them to drop it.
 
