@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from memory_core.config import load_config
 from memory_core.core import MemoryCore
 from memory_core.errors import ConfigError, WorkspaceError
+from tests.helpers import unprivileged_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,13 +138,7 @@ def test_cli_bad_config_and_workspace_exit_2_with_one_line(tmp_path, workspace):
 def test_unreadable_file_is_a_problem_and_keeps_its_rows(tmp_path, workspace):
     """chmod 000 makes a file unreadable, but root ignores permissions: as root the CLI runs under
     ``setpriv`` with CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH dropped, so the kernel really refuses the read."""
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: permissions cannot make a file unreadable")
-        caps = "-dac_override,-dac_read_search"
-        prefix = [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
+    prefix = unprivileged_prefix()
     write(workspace, "memory/secret.md", "secret but indexed before\n")
     write(workspace, "memory/open.md", "open note\n")
     home = tmp_path / "home"

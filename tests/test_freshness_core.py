@@ -16,15 +16,7 @@ from memory_core.errors import ForgetRefused
 from memory_core.forget_cli import forget_session, session_index_path
 from memory_core.freshness import FreshnessSettings
 from memory_core.search.engine import SearchEngine
-
-
-def wait_for(pred, timeout=5.0, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+from tests.helpers import wait_for
 
 
 class Served:

@@ -22,6 +22,7 @@ from memory_core.watcher import (
     WatchTargets,
     classify_event,
 )
+from tests.helpers import wait_for
 
 IGNORED = {".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"}
 
@@ -101,15 +102,6 @@ def closer():
     yield items.append
     for fr in items:
         fr.close()
-
-
-def wait_for(pred, timeout=5.0, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 # ---------------------------------------------------------------- classification (pure)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from memory_core.sources import (
     list_session_files,
     scan_sources,
 )
+from tests.helpers import unprivileged_prefix
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,13 +184,7 @@ print(json.dumps({"ok": r.ok, "entries": [e.path for e in r.entries], "codes": s
 
 def test_unreadable_file_and_folder(tmp_path):
     # Run the scan in a child; as root, drop the DAC capabilities so permissions really apply.
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: permissions cannot make a file unreadable")
-        caps = "-dac_override,-dac_read_search"
-        prefix = [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
+    prefix = unprivileged_prefix()
     write(tmp_path / "memory" / "secret.md")
     write(tmp_path / "memory" / "locked" / "x.md")
     write(tmp_path / "memory" / "ok.md")

@@ -1,0 +1,32 @@
+"""Small helpers shared by several test modules."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+
+def wait_for(pred, timeout=5.0, step=0.02):
+    """Poll ``pred`` until it is true or ``timeout`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def unprivileged_prefix() -> list[str]:
+    """The command prefix under which ``chmod 0`` really makes a file unreadable: none for a
+    normal user; as root (who ignores permissions) ``setpriv`` with CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH dropped, or a skip when setpriv is absent."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permissions cannot make a file unreadable")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
