@@ -99,6 +99,19 @@ def qps(fn: Callable[[int], Any], clients: int, seconds: float) -> float:
     return round(sum(counts) / (time.monotonic() - t0), 1)
 
 
+def warm_up(fn: Callable[[int], Any], pool: Any, clients: int, *, max_s: float = 60.0) -> None:
+    """Run ``fn`` from ``clients`` threads until every worker of ``pool`` ran it at least once (a
+    worker builds its derived vector state on its first search of a generation), then 0.5 s more."""
+    start = {w["pid"]: w["tasks_run"] for w in pool.workers()}
+    end = time.monotonic() + max_s
+    while time.monotonic() < end:
+        qps(fn, clients, 0.5)
+        now = pool.workers()
+        if len(now) >= pool.size and all(w["tasks_run"] > start.get(w["pid"], 0) for w in now):
+            break
+    qps(fn, clients, 0.5)
+
+
 def paired_latency(variants: dict[str, Callable[[int], Any]], n: int) -> dict[str, dict[str, float]]:
     """p50/p95 per variant, measured round-robin on the same query index so that load from other
     processes on the machine hits every variant alike; ``delta_p50_ms`` is relative to the first."""
@@ -203,8 +216,8 @@ def independent_qps(db: str, dims: int, kind: str, seconds: float, rounds: int) 
                 p.kill()
 
 
-def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 6.0, samples: int = 200,
-        db: str | None = None, limit: int = 6, rounds: int = 3) -> dict[str, Any]:
+def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, samples: int = 200,
+        db: str | None = None, limit: int = 6, rounds: int = 5) -> dict[str, Any]:
     import faiss
 
     from host_facades.engine_knn import open_readonly
@@ -270,9 +283,14 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 6.0, sam
             variants["pool_1_retrieve_only"] = lambda i: retrievers[1].retrieve(
                 [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}], metadata=None)
         results[name] = paired_latency(variants, samples)
-        # QPS: 2 clients per worker, 1 vs 2 workers measured in alternating rounds
+        # QPS: 2 clients per worker, 1 vs 2 workers measured in alternating rounds, after a
+        # warm-up that gives every worker its derived vector state (built on a worker's first
+        # search of a generation) and its pages: a steady state, as in a long-running service
         clients = {n: [engines(config, n) for _ in range(2 * n)] for n in (1, 2)}
         q: dict[int, list[float]] = {1: [], 2: []}
+        for n in (1, 2):
+            es = clients[n]
+            warm_up(lambda i, es=es, c=call: c(es[(i // 100_000) % len(es)], i), pools[n], 2 * n)
         for _ in range(rounds):
             for n in (1, 2):
                 es = clients[n]
@@ -286,11 +304,17 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 6.0, sam
         results[name]["qps"]["independent_ratio_2_over_1"] = round(solo[2] / solo[1], 2)
         if name == "vector":  # the pool alone, without the owner's ranking work
             rq: dict[int, list[float]] = {1: [], 2: []}
+
+            def retrieve_only(i: int, n: int) -> Any:
+                return retrievers[n].retrieve(
+                    [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}],
+                    metadata=None)
+
+            for n in (1, 2):  # this op keys its derived state by model: each worker builds it once
+                warm_up(lambda i, n=n: retrieve_only(i, n), pools[n], 2 * n)
             for _ in range(rounds):
                 for n in (1, 2):
-                    rq[n].append(qps(lambda i, r=retrievers[n]: r.retrieve(
-                        [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}],
-                        metadata=None), 2 * n, seconds / rounds))
+                    rq[n].append(qps(lambda i, n=n: retrieve_only(i, n), 2 * n, seconds / rounds))
             results[name]["qps_retrieve_only"] = {f"pool_{n}": statistics.median(v) for n, v in rq.items()}
             results[name]["qps_retrieve_only"]["ratio_2_over_1"] = round(
                 statistics.median(rq[2]) / statistics.median(rq[1]), 2)
@@ -325,7 +349,9 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 6.0, sam
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--dims", type=int, default=384)
-    p.add_argument("--seconds", type=float, default=6.0, help="duration of each QPS measurement (3 alternating rounds)")
+    p.add_argument("--seconds", type=float, default=8.0, help="duration of each QPS measurement (split into --rounds)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="alternating 1-worker / 2-worker rounds per QPS measurement; medians are reported")
     p.add_argument("--samples", type=int, default=200, help="sequential queries per latency measurement")
     p.add_argument("--db", default=None, help="reuse (or create) this benchmark database")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the full results as JSON")
@@ -354,7 +380,8 @@ def format_table(out: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``memory-core bench throughput`` (memory_core/bench.py registry)."""
-    out = measure(chunks=args.chunks, dims=args.dims, seconds=args.seconds, samples=args.samples, db=args.db)
+    out = measure(chunks=args.chunks, dims=args.dims, seconds=args.seconds, samples=args.samples, db=args.db,
+                  rounds=args.rounds)
     sys.stdout.write(format_table(out) + "\n")
     if getattr(args, "json", None):
         with open(args.json, "w", encoding="utf-8") as fh:

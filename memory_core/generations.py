@@ -56,11 +56,15 @@ class Lease:
         return self
 
     def release(self) -> None:
-        self._registry._release(self)
+        if not self._released:  # only ever goes False -> True; re-checked under the lock
+            self._registry._release(self)
 
-    def settle(self, db_id: str | None, revision: int) -> None:
-        """``bind`` then ``release`` in one step: the holder read this generation and is done."""
-        self._registry._settle(self, db_id, int(revision))
+    def settle(self, db_id: str | None, revision: int, *, notify: bool = True) -> None:
+        """``bind`` then ``release`` in one step: the holder read this generation and is done.
+
+        ``notify=False``: the holder knows that generation is current (never dropped), so its
+        last release needs no ``on_last_release`` call."""
+        self._registry._settle(self, db_id, int(revision), notify)
 
     @property
     def released(self) -> bool:
@@ -89,6 +93,15 @@ class GenerationLeases:
             self._counts[key] = self._counts.get(key, 0) + 1
         return lease
 
+    def acquire_unbound(self, leased_of: str | None) -> tuple[Lease, list[int]]:
+        """An unbound lease plus the sorted revisions of ``leased_of`` that live leases hold,
+        read under the same lock (what a worker must keep while the new lease is open)."""
+        lease = Lease(self, None, None)
+        with self._lock:
+            self._counts[(None, None)] = self._counts.get((None, None), 0) + 1
+            keep = sorted(self._leased_locked(leased_of)) if leased_of is not None else []
+        return lease, keep
+
     def _rebind(self, lease: Lease, db_id: str | None, revision: int) -> None:
         fire = None
         with self._lock:
@@ -110,14 +123,14 @@ class GenerationLeases:
             fire = self._decrement((lease.db_id, lease.revision))
         self._notify(fire)
 
-    def _settle(self, lease: Lease, db_id: str | None, revision: int) -> None:
+    def _settle(self, lease: Lease, db_id: str | None, revision: int, notify: bool = True) -> None:
         fire = None
         with self._lock:
             if lease._released:
                 return
             lease._released = True
             fire = self._decrement((lease.db_id, lease.revision))
-            if (fire is None and db_id is not None and (lease.db_id, lease.revision) != (db_id, revision)
+            if (notify and fire is None and db_id is not None and (lease.db_id, lease.revision) != (db_id, revision)
                     and (db_id, revision) not in self._counts):
                 fire = db_id, revision, self._leased_locked(db_id)  # as a bind + the last release
             lease.db_id, lease.revision = db_id, revision

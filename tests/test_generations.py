@@ -122,6 +122,24 @@ def test_leases_count_bind_and_notify_last_release():
     assert leases.count() == 0 and leases.snapshot() == {}
 
 
+def test_unbound_lease_reports_what_to_keep_and_a_current_settle_is_quiet():
+    fired = []
+    leases = GenerationLeases(on_last_release=lambda db, rev, rest: fired.append((db, rev, sorted(rest))))
+    held = leases.acquire("1:2", 7)
+    lease, keep = leases.acquire_unbound("1:2")
+    assert keep == [7] and leases.count() == 2
+    assert leases.acquire_unbound(None)[1] == []
+    lease.settle("1:2", 9, notify=False)  # the caller knows 9 is current: no last-release call
+    assert fired == []
+    lease.release()  # already released by settle: a no-op
+    assert leases.count() == 2  # held + the second unbound lease above
+    other, _ = leases.acquire_unbound("1:2")
+    other.settle("1:2", 8)  # an older generation read by a finished search: workers may drop it
+    assert fired == [("1:2", 8, [7])]
+    held.release()
+    assert fired[-1] == ("1:2", 7, [])
+
+
 def test_cursor_pins_expire_after_ttl_and_release_their_lease():
     now = [100.0]
     leases = GenerationLeases()

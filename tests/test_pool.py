@@ -32,6 +32,17 @@ def test_round_trip_values_and_worker_isolation(pool):
     assert not [m for m in info["modules"] if m.startswith("memory_core")]
 
 
+def test_workers_lists_live_workers_and_their_task_counts(pool):
+    assert pool.workers() == []
+    pool.prewarm()
+    pool.run("ping", 1)
+    workers = pool.workers()
+    assert len(workers) == 2 and {w["pid"] for w in workers} == set(pool.worker_pids())
+    assert sorted(w["tasks_run"] for w in workers) == [0, 1]
+    assert all(w["state"] == "idle" for w in workers)
+    assert InlinePool().workers() == []
+
+
 def test_task_errors_come_back_typed(pool):
     with pytest.raises(WorkerError) as err:
         pool.run("fail", {"message": "boom"})

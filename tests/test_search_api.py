@@ -158,3 +158,40 @@ def test_get_extra_paths_and_sessions(ws, tmp_path):
     for bad in ("sessions/../x.jsonl", "sessions/a/b.jsonl"):  # traversal, even if the index claimed it
         with pytest.raises(ReferenceNotFound):
             read_memory_file(str(ws), bad, sessions_dir=str(sessions), is_indexed_session=lambda p: True)
+
+
+def test_hit_from_row_builds_the_same_hit_as_the_constructor():
+    import dataclasses
+
+    from memory_core.search.types import SearchHit, hit_from_row
+
+    row = ("c1", "memory/a.md", 3, 5, 0.5, "snippet", "memory", 0.4, None, 2, "t", "pk", {"origin_class": "agent"}, 1.7e12)
+    hit = hit_from_row(row)
+    want = SearchHit(id="c1", path="memory/a.md", start_line=3, end_line=5, score=0.5, snippet="snippet",
+                     source="memory", vector_score=0.4, text_score=None, citation="memory/a.md#L3-L5", importance=2,
+                     triggers="t", project_key="pk", provenance={"origin_class": "agent"}, source_mtime=1.7e12)
+    assert hit == want and list(vars(hit)) == list(vars(want))
+    assert hit.to_dict() == want.to_dict()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hit.score = 1.0  # type: ignore[misc]
+    assert hit_from_row(row[:2] + (4, 4) + row[4:]).citation == "memory/a.md#L4"
+
+
+def test_search_requests_share_no_mutable_parts(tmp_path):
+    from memory_core.search.engine import SearchEngine
+
+    engine = SearchEngine(MemoryCoreConfig(workspace=str(tmp_path), state_dir=str(tmp_path)), str(tmp_path / "x.sqlite"))
+
+    def request(query, keys=None):
+        return engine._request(query, ("memory",), 6, 0.35, want_vector=False, active_project_keys=keys, details=False)
+
+    a, b = request("one"), request("two", ["p"])
+    assert (a["query"], b["query"]) == ("one", "two")
+    assert a["ranking"]["active_project_keys"] is None and b["ranking"]["active_project_keys"] == ("p",)
+    a["sources"].append("sessions")
+    a["ranking"]["fusion"] = "rrf"
+    c = request("three")
+    assert c["sources"] == ["memory"] and c["ranking"]["fusion"] == "weighted"
+    assert set(c) == {"query", "sources", "candidates", "model", "backend", "or_fallback", "want_keyword", "ranking",
+                      "max_results", "min_score", "details", "qvec"}
+    engine.close()

@@ -86,13 +86,6 @@ def error_from_reply(error: dict[str, Any]) -> MemoryCoreError:
     return WorkerError(message, code=code)
 
 
-def value_from_reply(reply: dict[str, Any]) -> Any:
-    """The value of an ``{"ok": True, "value"}`` reply, or raise the rebuilt typed error."""
-    if reply.get("ok"):
-        return reply.get("value")
-    raise error_from_reply(reply.get("error") or {})
-
-
 # --- process creation --------------------------------------------------------------------------
 
 _context_lock = threading.Lock()
@@ -196,6 +189,9 @@ class _Task:
     waiter: bool = False
     # the parked caller's wake-up lock (held; released by ``_signal``) while the task has no worker
     signal: Any = None
+    # ``(slot, channel)`` when ``_submit`` already registered the waiter as that channel's reader
+    # (``slot.reading``); captured under the lock, as ``task.slot`` may change before it reads
+    claimed: Any = None
 
 
 @dataclass(eq=False)
@@ -228,6 +224,10 @@ class _Slot:
     def queued(self) -> list[_Task]:
         """Tasks sent ahead behind the running one."""
         return list(self.inflight)[1:]
+
+    def queued_bytes(self) -> int:
+        """Bytes of the task frames sent ahead (they wait in the request pipe)."""
+        return sum(t.nbytes for t in itertools.islice(self.inflight, 1, None))
 
 
 class TaskFuture(concurrent.futures.Future):
@@ -363,6 +363,10 @@ class WorkerPool:
             self._pending_bytes += len(data)
             self._queue.append(task)
             to_start = self._dispatch_locked()
+            if waiter and task.slot is not None and not task.slot.gone and task.channel not in task.slot.reading:
+                # sent at once: the caller reads its channel from here, without a second lock round
+                task.slot.reading.add(task.channel)
+                task.claimed = (task.slot, task.channel)
             if deadline is not None and deadline < self._wake_at:
                 self._wake()
         for slot in to_start:
@@ -414,6 +418,12 @@ class WorkerPool:
                 to_start.append(slot)
         for slot in to_start:
             self._start_slot(slot)
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The live workers: ``{"pid", "state", "tasks_run"}`` each."""
+        with self._lock:
+            return [{"pid": s.proc.pid, "state": s.state, "tasks_run": s.tasks_run} for s in self._slots
+                    if s.proc is not None and s.state in ("idle", "busy")]
 
     def worker_pids(self) -> list[int]:
         with self._lock:
@@ -494,7 +504,11 @@ class WorkerPool:
         if self._closed:
             return to_start
         while self._queue:
-            slot = next((s for s in self._slots if s.state == "idle" and not s.gone), None)
+            slot = None
+            for s in self._slots:
+                if s.state == "idle" and not s.gone:
+                    slot = s
+                    break
             if slot is None:
                 starting = sum(1 for s in self._slots if s.state == "starting")
                 if starting < len(self._queue) and len(self._slots) < self.size and not self._closing:
@@ -508,9 +522,11 @@ class WorkerPool:
                     # block while the pool lock is held (the callers that would read that worker's
                     # replies need the lock to start reading: a deadlock)
                     nbytes = self._queue[0].nbytes
-                    ahead = [s for s in self._slots if s.state == "busy" and s.free and not s.gone
-                             and nbytes + sum(t.nbytes for t in s.queued) <= PIPELINE_MAX_BYTES]
-                    slot = min(ahead, key=lambda s: len(s.inflight)) if ahead else None
+                    for s in self._slots:
+                        if (s.state == "busy" and s.free and not s.gone
+                                and (slot is None or len(s.inflight) < len(slot.inflight))
+                                and nbytes + s.queued_bytes() <= PIPELINE_MAX_BYTES):
+                            slot = s
                 if slot is None:
                     break
             task = self._queue.popleft()
@@ -592,7 +608,7 @@ class WorkerPool:
         task.data = b""
         self._pending_tasks -= 1
         self._pending_bytes -= task.nbytes
-        if self._pending_tasks == 0:
+        if self._pending_tasks == 0 and self._closing:  # close() waits for the drain
             self._idle_cv.notify_all()
         if task.signal is not None:
             self._signal(task)
@@ -677,19 +693,21 @@ class WorkerPool:
 
     def _handle_reply(self, slot: _Slot, ch: int, data: Any) -> None:
         """A reply frame read from channel ``ch`` of ``slot`` (lock held)."""
-        task_id, reply = pickle.loads(data)
+        task_id, ok, value = pickle.loads(data)  # (id, True, value) | (id, False, error data)
         task = slot.owners[ch]
         if task is None or task.id != task_id:
             return  # the reply of a task that left this worker (requeued or its worker ended)
         slot.owners[ch] = None
         slot.free.append(ch)
-        slot.inflight.remove(task)
-        slot.tasks_run += 1
-        ok = bool(reply.get("ok"))
-        if ok:
-            self._finish(task, value=reply.get("value"))
+        if slot.inflight[0] is task:
+            slot.inflight.popleft()
         else:
-            self._finish(task, exc=error_from_reply(reply.get("error") or {}))
+            slot.inflight.remove(task)
+        slot.tasks_run += 1
+        if ok:
+            self._finish(task, value=value)
+        else:
+            self._finish(task, exc=error_from_reply(value or {}))
         if not ok and self.restart_on_error and slot.state != "retiring":
             self._retire(slot)
             return
@@ -814,6 +832,9 @@ class WorkerPool:
         lock = self._lock
         sig = None
         try:
+            claim, task.claimed = task.claimed, None
+            if claim is not None and self._read_channel(claim[0], claim[1], task):
+                return
             while True:
                 with lock:
                     if task.done:
@@ -956,6 +977,9 @@ class InlinePool:
         if handler is not None:
             handler(payload, self.context)
         return 1
+
+    def workers(self) -> list[dict[str, Any]]:
+        return []
 
     def worker_pids(self) -> list[int]:
         return []

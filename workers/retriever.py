@@ -36,10 +36,8 @@ class PooledRetriever:
     def retrieve(self, ops: list[dict], *, metadata: Any = "hits", hold: dict | None = None,
                  timeout_s: float | None = None) -> dict:
         """Run ``ops`` (see ``workers.tasks.retrieve``) on one generation; returns its result dict."""
-        lease = self.leases.acquire()
+        lease, keep = self.leases.acquire_unbound(self.current_db_id)
         try:
-            db_id = self.current_db_id
-            keep = sorted(self.leases.leased_revisions(db_id)) if db_id else []
             payload: dict[str, Any] = {"db_path": self.db_path, "ops": ops, "metadata": metadata, "keep": keep}
             if hold:
                 payload["hold"] = hold
@@ -47,7 +45,9 @@ class PooledRetriever:
             if result.get("db_id") is not None:
                 db_id, revision = result["db_id"], int(result["revision"])
                 self._saw(db_id, revision)
-                lease.settle(db_id, revision)  # the whole read ran in the task: done with it
+                # the whole read ran in the task: done with it (the current generation is never
+                # dropped, so only an older one needs the last-release call)
+                lease.settle(db_id, revision, notify=revision != self.current.get(db_id))
             return result
         finally:
             lease.release()

@@ -6,8 +6,8 @@ channels (worker -> owner). Every message is a frame: an 8-byte big-endian lengt
 byte, then a pickle (standard library):
 
 - owner -> worker ``("task", task_id, task_name, payload)`` with the channel of its reply: exactly
-  one reply frame on that channel, ``(task_id, {"ok": True, "value": ...})`` or
-  ``(task_id, {"ok": False, "error": {"code", "message"}})``;
+  one reply frame on that channel, ``(task_id, True, value)`` or
+  ``(task_id, False, {"code", "message"})``;
 - owner -> worker ``("ctl", name, payload)`` (channel ``NO_REPLY``): a control message (e.g. drop
   derived state), no reply;
 - owner -> worker ``("exit",)`` (channel ``NO_REPLY``): leave the loop.
@@ -32,7 +32,10 @@ def write_frame(fd: int, data: bytes, channel: int = 0) -> None:
     """Write one frame (blocking); small frames go out in one ``write``."""
     header = FRAME_HEADER.pack(len(data), channel)
     if len(data) <= _SMALL_FRAME:
-        _write_all(fd, memoryview(header + data))
+        frame = header + data
+        n = os.write(fd, frame)
+        if n < len(frame):
+            _write_all(fd, memoryview(frame)[n:])
     else:
         _write_all(fd, memoryview(header))
         _write_all(fd, memoryview(data))
@@ -158,8 +161,8 @@ def _process_classes():
 ForkServerWorkerProcess, SpawnWorkerProcess = _process_classes()
 
 
-def _error(code: str, message: str) -> dict:
-    return {"ok": False, "error": {"code": code, "message": message}}
+def _error(code: str, message: str) -> tuple[bool, dict]:
+    return False, {"code": code, "message": message}
 
 
 def worker_main(requests, replies, pool_name: str) -> None:
@@ -195,15 +198,15 @@ def worker_main(requests, replies, pool_name: str) -> None:
             reply = _error("failed", f"unknown worker task {name!r}; known: {sorted(tasks.TASKS)}")
         else:
             try:
-                reply = {"ok": True, "value": fn(payload, ctx)}
+                reply = True, fn(payload, ctx)
             except tasks.TaskError as exc:
                 reply = _error(exc.code, str(exc))
             except Exception as exc:  # noqa: BLE001 - errors cross the boundary as data
                 reply = _error("failed", f"{type(exc).__name__}: {exc}")
         try:
-            data = pickle.dumps((task_id, reply), protocol=pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps((task_id, *reply), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001
-            data = pickle.dumps((task_id, _error("failed", f"task {name!r} returned an unpicklable value: {exc}")))
+            data = pickle.dumps((task_id, *_error("failed", f"task {name!r} returned an unpicklable value: {exc}")))
         try:
             write_frame(channels[channel], data)
         except (OSError, IndexError):

@@ -13,6 +13,7 @@ query embedding, candidates = min(200, max(1, floor(maxResults x multiplier))), 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import threading
@@ -143,11 +144,24 @@ class _Settings:
     candidate_multiplier: float
     backend: str
     ranking: dict[str, Any]  # RankingOptions fields but now_ms / active_project_keys
+    # (max_results, min_score) validated, when the configured defaults are valid (else None)
+    defaults: tuple[int, float] | None = None
 
 
 def candidate_count(max_results: int, multiplier: float) -> int:
     """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (§6.1 step 9)."""
     return min(MAX_CANDIDATES, max(1, math.floor(max_results * multiplier)))
+
+
+def _checked_numbers(st: _Settings, max_results: Any, min_score: Any) -> tuple[int, float]:
+    """``(max_results, min_score)`` of one search (the settings' when None), validated."""
+    mr = max_results if max_results is not None else st.max_results
+    ms = min_score if min_score is not None else st.min_score
+    if isinstance(mr, bool) or not isinstance(mr, (int, float)) or not math.isfinite(mr) or int(mr) < 1:
+        raise InvalidRequest(f"max_results must be an integer >= 1, got {max_results!r}")
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
+        raise InvalidRequest(f"min_score must be a finite number, got {min_score!r}")
+    return int(mr), float(ms)
 
 
 class SearchEngine:
@@ -217,16 +231,19 @@ class SearchEngine:
                 "half_life_days": float(_get(c, "query.hybrid.temporal_decay.half_life_days", 30)),
             },
         )
+        try:
+            settings = dataclasses.replace(settings, defaults=_checked_numbers(settings, None, None))
+        except InvalidRequest:
+            pass  # reported by every search that relies on them (_validate_numbers)
         self._settings_cache = (c, settings)
         return settings
 
     def _ranking_fields(self, active_project_keys: Sequence[str] | None) -> dict[str, Any]:
         """The :class:`~host_facades.ranking.RankingOptions` fields of one search."""
-        return {
-            **self._settings().ranking,
-            "now_ms": float(self._now_ms()),
-            "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
-        }
+        fields = self._settings().ranking.copy()
+        fields["now_ms"] = float(self._now_ms())
+        fields["active_project_keys"] = tuple(active_project_keys) if active_project_keys is not None else None
+        return fields
 
     def _sources(self, sources: Sequence[str] | str | None) -> tuple[str, ...]:
         if sources is None:
@@ -303,13 +320,10 @@ class SearchEngine:
             )
 
     def _validate_numbers(self, max_results: Any, min_score: Any) -> tuple[int, float]:
-        mr = max_results if max_results is not None else self._settings().max_results
-        ms = min_score if min_score is not None else self._settings().min_score
-        if isinstance(mr, bool) or not isinstance(mr, (int, float)) or not math.isfinite(mr) or int(mr) < 1:
-            raise InvalidRequest(f"max_results must be an integer >= 1, got {max_results!r}")
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
-            raise InvalidRequest(f"min_score must be a finite number, got {min_score!r}")
-        return int(mr), float(ms)
+        st = self._settings()
+        if max_results is None and min_score is None and st.defaults is not None:
+            return st.defaults
+        return _checked_numbers(st, max_results, min_score)
 
     def search_with_details(
         self,

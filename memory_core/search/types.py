@@ -56,14 +56,18 @@ def hit_from_row(row: Sequence[Any]) -> SearchHit:
     """A :class:`SearchHit` from ``host_facades.ranking.Candidate.hit_row`` (citation derived here).
 
     Built without the frozen dataclass ``__init__`` (15 ``object.__setattr__`` calls, ~2 us a hit,
-    a tenth of the owner's work per pooled search): the same fields, set in one step."""
+    a tenth of the owner's work per pooled search): the instance dict is set in one step (0.7 us).
+    The keys are :data:`_FIELD_NAMES` (a test compares both)."""
     (cid, path, start, end, score, snippet, source, vscore, tscore, importance, triggers, project_key,
      provenance, mtime) = row
     hit = _new_hit(SearchHit)
-    hit.__dict__.update(zip(_FIELD_NAMES, (
-        cid, path, start, end, score, snippet, source, vscore, tscore, citation_for(path, start, end),
-        importance, triggers, project_key, provenance, mtime)))
+    _set_attr(hit, "__dict__", {
+        "id": cid, "path": path, "start_line": start, "end_line": end, "score": score, "snippet": snippet,
+        "source": source, "vector_score": vscore, "text_score": tscore, "citation": citation_for(path, start, end),
+        "importance": importance, "triggers": triggers, "project_key": project_key, "provenance": provenance,
+        "source_mtime": mtime})
     return hit
 
 
 _new_hit = object.__new__
+_set_attr = object.__setattr__
