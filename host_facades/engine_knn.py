@@ -70,10 +70,11 @@ def read_snapshot(conn: apsw.Connection) -> Iterator[int]:
 #   processes scale ~1.2x). Measured single-threaded at 100k x 384, top 24, 300 random queries:
 #     int8 (default, Int8Candidates, k' = max(8k, k+64)): 1.9 ms/query, 38.4 MB of codes
 #     fp16 (IndexScalarQuantizer QT_fp16, k' = max(4k, k+32)): 3.9 ms/query, 76.8 MB of codes
-#   Memory per generation per process at 100k x 384: 153.6 MB float32 matrix + 38.4 MB int8
-#   codes (fp16: + 76.8 MB). The float32 matrix is kept in memory because the rescoring must be
-#   exact without touching SQLite (the derived state outlives the read transaction), the numpy backend
-#   scans it, and it is the exhaustive fallback.
+#   Memory per generation at 100k x 384: 153.6 MB float32 matrix + 38.4 MB int8 codes (fp16:
+#   + 76.8 MB); in workers this is one copy for all of them (mapped files, host_facades/
+#   shared_vectors.py), in-process a private one. The float32 matrix is kept because the rescoring
+#   must be exact without touching SQLite (the derived state outlives the read transaction), the
+#   numpy backend scans it, and it is the exhaustive fallback.
 # - smaller n (cheap): ``IndexFlatIP`` whose storage IS the matrix (held once), same rescoring.
 # - backend numpy (or no faiss): float32 matrix-vector product, same rescoring.
 # Exactness is certified, not hoped for: every candidate index reports a bound eps on
@@ -87,6 +88,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -297,6 +299,23 @@ class Int8Candidates:
         want = codes[r[0]].astype(np.float64) @ probe.astype(np.float64)
         self.verified = bool(np.array_equal(s[0].astype(np.float64), want))
 
+    @classmethod
+    def from_parts(cls, index: Any, *, scale: np.ndarray, err_l1: np.ndarray, err_norm: float,
+                   code_norm: float, verified: bool) -> Int8Candidates:
+        """The candidate index over an existing faiss ``index`` of the codes (e.g. one mapped
+        from a file, host_facades.shared_vectors) and the quantizer's saved parameters."""
+        self = cls.__new__(cls)
+        self.index = index
+        self.scale = np.asarray(scale, dtype=np.float64)
+        self.err_l1 = np.asarray(err_l1, dtype=np.float64)
+        self.err_norm = float(err_norm)
+        self.code_norm = float(code_norm)
+        self.d = int(index.d)
+        self.ntotal = int(index.ntotal)
+        self.code_size = self.d
+        self.verified = bool(verified)
+        return self
+
     def search(self, q: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray, float]:
         """``(rows, approx scores, eps)`` of the ``kk`` best rows for the unit query ``q``."""
         qs = q.astype(np.float64) / self.scale
@@ -355,6 +374,14 @@ def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool
     return VectorState(key, ids, sources, matrix, index)
 
 
+def _chunk_count(conn: apsw.Connection) -> int | None:
+    """Rows of the chunk table (an upper bound on a generation's vectors), None if unreadable."""
+    try:
+        return int(conn.execute("SELECT count(*) FROM memory_index_chunks").fetchone()[0])
+    except apsw.Error:
+        return None
+
+
 def build_index(matrix: np.ndarray, *, kind: str | None = None) -> tuple[object, np.ndarray]:
     """The candidate index for ``matrix`` and the float32 matrix to keep next to it.
 
@@ -393,8 +420,10 @@ class DerivedStateCache:
     holds at most the current generation plus the leased ones.
     """
 
-    def __init__(self, *, use_faiss: bool = True, max_entries: int = 16) -> None:
+    def __init__(self, *, use_faiss: bool = True, max_entries: int = 16, shared: bool = False) -> None:
         self.max_entries = max_entries  # across databases (agents); least recently used goes first
+        # large states through host_facades.shared_vectors: built once, mapped by every process
+        self.shared = shared
         self._states: OrderedDict[DerivedKey, VectorState] = OrderedDict()
         self._lock = threading.Lock()
         self.use_faiss = use_faiss
@@ -410,7 +439,13 @@ class DerivedStateCache:
                 self._states.move_to_end(key)
         if state is not None:
             return state
-        state = load_vector_state(conn, key, use_faiss=self.use_faiss)
+        if self.shared and self.use_faiss:
+            from host_facades import shared_vectors
+
+            state = shared_vectors.get_or_build(
+                conn, key, lambda: load_vector_state(conn, key, use_faiss=True), rows_hint=_chunk_count(conn))
+        else:
+            state = load_vector_state(conn, key, use_faiss=self.use_faiss)
         with self._lock:
             self._states[key] = state
             self.builds += 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from host_facades import shared_vectors
 from memory_core.generations import GenerationLeases
 from workers.pool import InlinePool, WorkerPool
 
@@ -79,7 +80,7 @@ class PooledRetriever:
         if changed:
             if old_db is not None and not self.leases.leased_revisions(old_db):
                 self.pool.broadcast("drop", {"db_id": old_db})
-            self._broadcast_retain(db_id)
+            self._broadcast_retain(db_id)  # also prunes the files of the dropped database
 
     def _broadcast_retain(self, db_id: str) -> None:
         keep = set(self.leases.leased_revisions(db_id))
@@ -87,12 +88,25 @@ class PooledRetriever:
         if cur is not None:
             keep.add(cur)
         self.pool.broadcast("retain", {"db_id": db_id, "keep": sorted(keep)})
+        self._prune_shared()
+
+    def _prune_shared(self) -> None:
+        """Remove the shared derived-state files (host_facades.shared_vectors) of generations
+        that are neither current nor leased: on disk, too, at most those occupy space."""
+        keep: dict[str, set[int]] = {}
+        for (db_id, revision), n in self.leases.snapshot().items():
+            if db_id is not None and revision is not None and n > 0:
+                keep.setdefault(db_id, set()).add(revision)
+        if self.current_db_id is not None and self.current_db_id in self.current:
+            keep.setdefault(self.current_db_id, set()).add(self.current[self.current_db_id])
+        shared_vectors.prune(self.db_path, keep)
 
     def _on_last_release(self, db_id: str, revision: int, still_leased: set[int]) -> None:
         # The last lease on an old generation ended: workers may drop its derived state now.
         if db_id != self.current_db_id:
             if not still_leased:
                 self.pool.broadcast("drop", {"db_id": db_id})
+                self._prune_shared()
             return
         if revision != self.current.get(db_id):
             self._broadcast_retain(db_id)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from host_facades import engine_knn
+from host_facades import engine_knn, shared_vectors
 from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot
 from host_facades.vectors import decode_vector
 
@@ -38,7 +38,8 @@ class WorkerContext:
     """Per-process state that outlives one task: the derived per-generation vector state."""
 
     pool_name: str = "inline"
-    cache: DerivedStateCache = field(default_factory=DerivedStateCache)
+    # large states are shared with the other workers through mapped files (host_facades.shared_vectors)
+    cache: DerivedStateCache = field(default_factory=lambda: DerivedStateCache(shared=True))
     tasks_run: int = 0
     # db_path -> (read-only connection, file identity, last use); reused between tasks while the
     # file identity is unchanged and for at most SQLITE_IDLE_HANDLE_TTL_S of idleness.
@@ -132,6 +133,7 @@ def runtime_info(payload: Any, ctx: WorkerContext) -> dict:
         "modules": sorted(m for m in sys.modules if m.startswith(("memory_core", "workers", "host_facades"))),
         "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
         "derived_keys": [list(k) for k in ctx.cache.keys()],
+        "shared_vector_builds": shared_vectors.BUILDS,
         "tasks_run": ctx.tasks_run,
     }
     if "faiss" in sys.modules:
