@@ -99,6 +99,48 @@ def qps(fn: Callable[[int], Any], clients: int, seconds: float) -> float:
     return round(sum(counts) / (time.monotonic() - t0), 1)
 
 
+class CpuMeter:
+    """CPU time per query of the owner (this process, every thread) and of ``pool``'s workers
+    over the ``with`` blocks: where the 2 cores go. With 2 busy workers the owner's share comes
+    out of theirs, so QPS(2) / QPS(1) is at most about 2 W / (W + O) for worker time W and owner
+    time O per query. Linux (/proc); elsewhere the figures are None."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.queries = 0.0
+        self.owner_s = 0.0
+        self.workers_s = 0.0
+        self._start: tuple[float, float] | None = None
+
+    def _now(self) -> tuple[float, float]:
+        t = os.times()
+        workers = 0.0
+        for pid in self.pool.worker_pids():
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                workers += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                pass
+        return t.user + t.system, workers
+
+    def __enter__(self) -> CpuMeter:
+        self._start = self._now()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        owner, workers = self._now()
+        assert self._start is not None
+        self.owner_s += owner - self._start[0]
+        self.workers_s += workers - self._start[1]
+
+    def per_query_us(self) -> dict[str, float | None]:
+        if not self.queries or not os.path.isdir("/proc"):
+            return {"owner": None, "workers": None}
+        return {"owner": round(self.owner_s / self.queries * 1e6, 1),
+                "workers": round(self.workers_s / self.queries * 1e6, 1)}
+
+
 def warm_up(fn: Callable[[int], Any], pool: Any, clients: int, *, max_s: float = 60.0) -> None:
     """Run ``fn`` from ``clients`` threads until every worker of ``pool`` ran it at least once (a
     worker builds its derived vector state on its first search of a generation), then 0.5 s more."""
@@ -291,12 +333,17 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
         for n in (1, 2):
             es = clients[n]
             warm_up(lambda i, es=es, c=call: c(es[(i // 100_000) % len(es)], i), pools[n], 2 * n)
+        cpu = {n: CpuMeter(pools[n]) for n in (1, 2)}
         for _ in range(rounds):
             for n in (1, 2):
                 es = clients[n]
-                q[n].append(qps(lambda i, es=es, c=call: c(es[(i // 100_000) % len(es)], i), 2 * n, seconds / rounds))
+                with cpu[n]:
+                    rate = qps(lambda i, es=es, c=call: c(es[(i // 100_000) % len(es)], i), 2 * n, seconds / rounds)
+                cpu[n].queries += rate * seconds / rounds
+                q[n].append(rate)
         results[name]["qps"] = {f"pool_{n}": statistics.median(v) for n, v in q.items()}
         results[name]["qps"]["ratio_2_over_1"] = round(statistics.median(q[2]) / statistics.median(q[1]), 2)
+        results[name]["cpu_us_per_query"] = {f"pool_{n}": cpu[n].per_query_us() for n in (1, 2)}
         # the machine's own ceiling for this search: 1 vs 2 independent processes, no pool
         solo = independent_qps(db, dims, name, seconds / rounds, rounds)
         results[name]["qps"]["independent_1"] = solo[1]
@@ -364,13 +411,17 @@ def format_table(out: dict[str, Any]) -> str:
              f"{'search':<8} {'variant':<22} {'p50 ms':>8} {'p95 ms':>8} {'delta p50':>10}"]
     for kind in ("keyword", "vector", "hybrid"):
         for variant, row in out[kind].items():
-            if variant.startswith("qps"):
+            if variant.startswith(("qps", "cpu")):
                 continue
             lines.append(f"{kind:<8} {variant:<22} {row['p50_ms']:>8.2f} {row['p95_ms']:>8.2f} {row['delta_p50_ms']:>10.2f}")
         q = out[kind]["qps"]
         lines.append(f"{kind:<8} {'QPS 1 / 2 workers':<22} {q['pool_1']:>8.1f} {q['pool_2']:>8.1f} {q['ratio_2_over_1']:>9.2f}x")
         lines.append(f"{kind:<8} {'QPS 1 / 2 processes*':<22} {q['independent_1']:>8.1f} {q['independent_2']:>8.1f} "
                      f"{q['independent_ratio_2_over_1']:>9.2f}x")
+        c = out[kind].get("cpu_us_per_query") or {}
+        if c.get("pool_2", {}).get("owner") is not None:
+            lines.append(f"{kind:<8} {'CPU us/query 1 / 2 w.':<22} "
+                         + "   ".join(f"owner {c[p]['owner']:.0f} workers {c[p]['workers']:.0f}" for p in ("pool_1", "pool_2")))
     lines.append(f"pool ping round trip p50 {out['ping']['p50_ms']:.3f} ms")
     lines.append("* the same search in-process in 1 vs 2 independent processes (no pool): the machine's ceiling")
     for target, value in out["targets"].items():

@@ -51,3 +51,18 @@ def test_quality_targets_on_wordnet_100_queries_1k_docs(tmp_path):
     for hybrid in ("memory-core hybrid weighted", "memory-core hybrid RRF"):
         assert r[hybrid] >= baseline_rrf and r[hybrid] >= best_single + 0.06, (hybrid, r)
     assert r["memory-core keyword-only"] >= r["baseline bm25s"] - 0.01, r
+
+
+@pytest.mark.slow
+def test_throughput_bench_runs_end_to_end_on_a_small_database(tmp_path):
+    from benchmarks import bench_throughput as bt
+
+    out = bt.measure(chunks=2000, dims=16, seconds=0.6, samples=5, rounds=1, db=str(tmp_path / "tp.sqlite"))
+    assert out["pooled_equals_in_process"] is True
+    for kind in ("keyword", "vector", "hybrid"):
+        q = out[kind]["qps"]
+        assert q["pool_1"] > 0 and q["pool_2"] > 0 and q["independent_1"] > 0 and q["independent_2"] > 0
+        cpu = out[kind]["cpu_us_per_query"]["pool_2"]
+        assert cpu["owner"] > 0 and cpu["workers"] > 0
+    table = bt.format_table(out)
+    assert "QPS 1 / 2 workers" in table and "CPU us/query" in table and "machine's ceiling" in table
