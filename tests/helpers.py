@@ -30,3 +30,20 @@ def unprivileged_prefix() -> list[str]:
         pytest.skip("running as root without setpriv: permissions cannot make a file unreadable")
     caps = "-dac_override,-dac_read_search"
     return [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
+
+
+def runtime_infos(pool, attempts: int = 50) -> dict[int, dict]:
+    """``runtime_info`` of every live worker of ``pool``, by pid. Concurrent tasks usually land on
+    distinct idle workers, but a quick one may finish before the next is sent: ask until each
+    worker answered."""
+    pool.prewarm()
+    want = set(pool.worker_pids())
+    infos: dict[int, dict] = {}
+    for _ in range(attempts):
+        for future in [pool.submit("runtime_info") for _ in range(pool.size)]:
+            info = future.result(10)
+            infos[info["pid"]] = info
+        if want <= set(infos):
+            break
+    assert want <= set(infos), f"workers {sorted(want - set(infos))} never answered runtime_info"
+    return {pid: infos[pid] for pid in want}

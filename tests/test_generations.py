@@ -16,6 +16,7 @@ from host_facades.vectors import encode_vector
 from memory_core.errors import CursorExpired, WorkerUnavailable
 from memory_core.generations import CursorPins, GenerationLeases, GenerationMismatch, run_consistent
 from memory_core.store import schema
+from tests.helpers import runtime_infos
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
 
@@ -91,13 +92,6 @@ def pool():
 def search_ops(query: str, seed: int) -> list[dict]:
     return [{"op": "fts_raw", "query": query, "limit": 10},
             {"op": "vector", "qvec": encode_vector(vec(seed)), "model": MODEL, "limit": 3}]
-
-
-def worker_infos(pool: WorkerPool) -> list[dict]:
-    """runtime_info from every worker: concurrent tasks land on distinct idle workers."""
-    pool.prewarm()
-    futs = [pool.submit("runtime_info") for _ in range(pool.size)]
-    return [f.result(10) for f in futs]
 
 
 # --- leases and pins (pure) ----------------------------------------------------------------------
@@ -225,7 +219,7 @@ def test_search_started_before_publication_finishes_on_its_generation(db, pool, 
     # leases drop to zero, and no worker keeps the old generation's derived state
     assert retriever.leases.count() == 0
     time.sleep(0.1)
-    for info in worker_infos(pool):
+    for info in runtime_infos(pool).values():
         assert all(k[1] == after["revision"] for k in info["derived_keys"]), info["derived_keys"]
 
 

@@ -12,6 +12,7 @@ from benchmarks.bench_throughput import MODEL, build_db
 from host_facades import shared_vectors
 from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
+from tests.helpers import runtime_infos
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
 
@@ -49,10 +50,9 @@ def test_two_workers_build_a_generation_once_and_map_the_same_files(fresh):
         payload = {"db_path": fresh, "ops": vector_op(1), "metadata": None, "keep": []}
         futures = [pool.submit("retrieve", payload) for _ in range(2)]  # both idle workers at once
         pooled = [f.result(60) for f in futures]
-        infos = [pool.submit("runtime_info") for _ in range(2)]
-        infos = [f.result(10) for f in infos]
-        assert {i["pid"] for i in infos} == set(pool.worker_pids())
-        assert sum(i["shared_vector_builds"] for i in infos) == 1
+        infos = runtime_infos(pool)
+        assert len(infos) == 2
+        assert sum(i["shared_vector_builds"] for i in infos.values()) == 1
         stem = shared_vectors.stem((db_identity(fresh), pooled[0]["revision"], MODEL))
         assert [f for f in files(fresh) if not f.endswith(".lock")] == [stem + ".f32", stem + ".faiss", stem + ".npz"]
         for pid in pool.worker_pids():
