@@ -693,7 +693,11 @@ class WorkerPool:
 
     def _handle_reply(self, slot: _Slot, ch: int, data: Any) -> None:
         """A reply frame read from channel ``ch`` of ``slot`` (lock held)."""
-        task_id, ok, value = pickle.loads(data)  # (id, True, value) | (id, False, error data)
+        self._handle_reply_msg(slot, ch, pickle.loads(data))
+
+    def _handle_reply_msg(self, slot: _Slot, ch: int, msg: tuple) -> None:
+        """An unpickled reply ``(id, True, value) | (id, False, error data)`` (lock held)."""
+        task_id, ok, value = msg
         task = slot.owners[ch]
         if task is None or task.id != task_id:
             return  # the reply of a task that left this worker (requeued or its worker ended)
@@ -890,10 +894,14 @@ class WorkerPool:
                     exited = True
         finally:
             to_start: list[_Slot] = []
+            # unpickled before taking the pool lock: the other callers wait less for it
+            msg = _loads_or_none(data)
             with self._lock:
                 slot.reading.discard(ch)
-                if data is not None and slot.state != "dead":
-                    self._handle_reply(slot, ch, data)
+                if msg is not None and slot.state != "dead":
+                    self._handle_reply_msg(slot, ch, msg)
+                elif data is not None and slot.state != "dead":
+                    self._handle_reply(slot, ch, data)  # not unpicklable: raises here, as before
                 if exited or (slot.gone and not slot.reading):
                     self._worker_gone(slot)
                 if slot.state == "dead" and not slot.reading and slot.handles:
@@ -934,6 +942,16 @@ class WorkerPool:
                 self.stats["timeouts"] += 1
                 self._finish(task, exc=WorkerTimeout(
                     f"task {task.name!r} waited past its {task.timeout_s:g} s timeout in pool {self.name!r}"))
+
+
+def _loads_or_none(data: Any) -> tuple | None:
+    """The unpickled reply frame ``data``; None when there is none or it does not unpickle."""
+    if data is None:
+        return None
+    try:
+        return pickle.loads(data)
+    except Exception:  # noqa: BLE001 - handled (and raised) under the lock by _handle_reply
+        return None
 
 
 def _readable(fd: int) -> bool:
