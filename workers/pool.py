@@ -895,13 +895,13 @@ class WorkerPool:
         finally:
             to_start: list[_Slot] = []
             # unpickled before taking the pool lock: the other callers wait less for it
-            msg = _loads_or_none(data)
+            msg = None if data is None else _unpickled(data)
             with self._lock:
                 slot.reading.discard(ch)
                 if msg is not None and slot.state != "dead":
+                    if isinstance(msg, BaseException):
+                        raise msg  # where unpickling under the lock raised it
                     self._handle_reply_msg(slot, ch, msg)
-                elif data is not None and slot.state != "dead":
-                    self._handle_reply(slot, ch, data)  # not unpicklable: raises here, as before
                 if exited or (slot.gone and not slot.reading):
                     self._worker_gone(slot)
                 if slot.state == "dead" and not slot.reading and slot.handles:
@@ -944,14 +944,13 @@ class WorkerPool:
                     f"task {task.name!r} waited past its {task.timeout_s:g} s timeout in pool {self.name!r}"))
 
 
-def _loads_or_none(data: Any) -> tuple | None:
-    """The unpickled reply frame ``data``; None when there is none or it does not unpickle."""
-    if data is None:
-        return None
+def _unpickled(data: Any) -> tuple | BaseException:
+    """The reply frame ``data`` unpickled, or the exception unpickling raised (the reader
+    raises it once its bookkeeping under the pool lock has begun)."""
     try:
         return pickle.loads(data)
-    except Exception:  # noqa: BLE001 - handled (and raised) under the lock by _handle_reply
-        return None
+    except Exception as exc:  # noqa: BLE001
+        return exc
 
 
 def _readable(fd: int) -> bool:

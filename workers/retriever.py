@@ -83,7 +83,7 @@ class PooledRetriever:
             self._broadcast_retain(db_id)  # also prunes the files of the dropped database
 
     def _broadcast_retain(self, db_id: str) -> None:
-        keep = set(self.leases.leased_revisions(db_id))
+        keep = self.leases.leased_revisions(db_id)  # a fresh set
         cur = self.current.get(db_id)
         if cur is not None:
             keep.add(cur)
