@@ -13,7 +13,6 @@ query embedding, candidates = min(200, max(1, floor(maxResults x multiplier))), 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import threading
@@ -153,10 +152,11 @@ def candidate_count(max_results: int, multiplier: float) -> int:
     return min(MAX_CANDIDATES, max(1, math.floor(max_results * multiplier)))
 
 
-def _checked_numbers(st: _Settings, max_results: Any, min_score: Any) -> tuple[int, float]:
-    """``(max_results, min_score)`` of one search (the settings' when None), validated."""
-    mr = max_results if max_results is not None else st.max_results
-    ms = min_score if min_score is not None else st.min_score
+def _checked_numbers(max_results: Any, min_score: Any, default_results: Any,
+                     default_score: Any) -> tuple[int, float]:
+    """``(max_results, min_score)`` of one search (the defaults when None), validated."""
+    mr = max_results if max_results is not None else default_results
+    ms = min_score if min_score is not None else default_score
     if isinstance(mr, bool) or not isinstance(mr, (int, float)) or not math.isfinite(mr) or int(mr) < 1:
         raise InvalidRequest(f"max_results must be an integer >= 1, got {max_results!r}")
     if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
@@ -212,9 +212,15 @@ class SearchEngine:
         if cached is not None and cached[0] is self.config:
             return cached[1]
         c = self.config
+        max_results, min_score = _get(c, "query.max_results", 6), _get(c, "query.min_score", 0.35)
+        try:
+            defaults: tuple[int, float] | None = _checked_numbers(None, None, max_results, min_score)
+        except InvalidRequest:
+            defaults = None  # reported by every search that relies on them (_validate_numbers)
         settings = _Settings(
-            max_results=_get(c, "query.max_results", 6),
-            min_score=_get(c, "query.min_score", 0.35),
+            max_results=max_results,
+            min_score=min_score,
+            defaults=defaults,
             sources=tuple(_get(c, "sources", ["memory"])) or ("memory",),
             provider=str(_get(c, "provider", "none")),
             hybrid_enabled=bool(_get(c, "query.hybrid.enabled", True)),
@@ -231,19 +237,15 @@ class SearchEngine:
                 "half_life_days": float(_get(c, "query.hybrid.temporal_decay.half_life_days", 30)),
             },
         )
-        try:
-            settings = dataclasses.replace(settings, defaults=_checked_numbers(settings, None, None))
-        except InvalidRequest:
-            pass  # reported by every search that relies on them (_validate_numbers)
         self._settings_cache = (c, settings)
         return settings
 
     def _ranking_fields(self, active_project_keys: Sequence[str] | None) -> dict[str, Any]:
         """The :class:`~host_facades.ranking.RankingOptions` fields of one search."""
-        fields = self._settings().ranking.copy()
-        fields["now_ms"] = float(self._now_ms())
-        fields["active_project_keys"] = tuple(active_project_keys) if active_project_keys is not None else None
-        return fields
+        opts = self._settings().ranking.copy()
+        opts["now_ms"] = float(self._now_ms())
+        opts["active_project_keys"] = tuple(active_project_keys) if active_project_keys is not None else None
+        return opts
 
     def _sources(self, sources: Sequence[str] | str | None) -> tuple[str, ...]:
         if sources is None:
@@ -323,7 +325,7 @@ class SearchEngine:
         st = self._settings()
         if max_results is None and min_score is None and st.defaults is not None:
             return st.defaults
-        return _checked_numbers(st, max_results, min_score)
+        return _checked_numbers(max_results, min_score, st.max_results, st.min_score)
 
     def search_with_details(
         self,
