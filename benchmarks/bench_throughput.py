@@ -22,6 +22,7 @@ bound cannot scale further through any pool.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -152,6 +153,28 @@ def warm_up(fn: Callable[[int], Any], pool: Any, clients: int, *, max_s: float =
         if len(now) >= pool.size and all(w["tasks_run"] > start.get(w["pid"], 0) for w in now):
             break
     qps(fn, clients, 0.5)
+
+
+def scaling(load: dict[int, Callable[[int], Any]], pools: dict[int, Any], round_s: float, rounds: int,
+            meters: dict[int, CpuMeter] | None = None) -> dict[str, float]:
+    """Queries per second of ``load[n]`` (2 clients per worker) through ``pools[n]``, 1 vs 2
+    workers in alternating rounds of ``round_s``; medians and their ratio. Every worker is warmed
+    first (its derived vector state, its pages): a steady state, as in a long-running service.
+    ``meters[n]`` (optional) adds up the CPU time and queries of the rounds."""
+    for n, fn in load.items():
+        warm_up(fn, pools[n], 2 * n)
+    q: dict[int, list[float]] = {n: [] for n in load}
+    for _ in range(rounds):
+        for n, fn in load.items():
+            meter = meters[n] if meters else None
+            with meter if meter is not None else contextlib.nullcontext():
+                rate = qps(fn, 2 * n, round_s)
+            if meter is not None:
+                meter.queries += rate * round_s
+            q[n].append(rate)
+    out = {f"pool_{n}": statistics.median(v) for n, v in q.items()}
+    out["ratio_2_over_1"] = round(statistics.median(q[2]) / statistics.median(q[1]), 2)
+    return out
 
 
 def paired_latency(variants: dict[str, Callable[[int], Any]], n: int) -> dict[str, dict[str, float]]:
@@ -307,6 +330,11 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
     def engines(config: Any, n: int | None) -> SearchEngine:
         return SearchEngine(config, db, None, retriever=None if n is None else retrievers[n])
 
+    def retrieve_only(i: int, n: int) -> Any:
+        """The vector retrieval op alone through the pool of ``n`` workers (no ranking)."""
+        return retrievers[n].retrieve(
+            [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}], metadata=None)
+
     mismatches = 0
     for name, (config, call) in kinds.items():
         inproc, p1, p2 = engines(config, None), engines(config, 1), engines(config, 2)
@@ -322,49 +350,23 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
         if name == "vector":
             variants["raw_faiss"] = lambda i: index.search(qvecs[i % 512].reshape(1, -1), limit * 4)
             variants["raw_faiss_fp16_info"] = lambda i: index_fp16.search(qvecs[i % 512].reshape(1, -1), limit * 4)
-            variants["pool_1_retrieve_only"] = lambda i: retrievers[1].retrieve(
-                [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}], metadata=None)
+            variants["pool_1_retrieve_only"] = lambda i: retrieve_only(i, 1)
         results[name] = paired_latency(variants, samples)
-        # QPS: 2 clients per worker, 1 vs 2 workers measured in alternating rounds, after a
-        # warm-up that gives every worker its derived vector state (built on a worker's first
-        # search of a generation) and its pages: a steady state, as in a long-running service
+        # QPS: 2 clients per worker (each its own engine), 1 vs 2 workers
         clients = {n: [engines(config, n) for _ in range(2 * n)] for n in (1, 2)}
-        q: dict[int, list[float]] = {1: [], 2: []}
-        for n in (1, 2):
-            es = clients[n]
-            warm_up(lambda i, es=es, c=call: c(es[(i // 100_000) % len(es)], i), pools[n], 2 * n)
+        load = {n: (lambda i, es=clients[n], c=call: c(es[(i // 100_000) % len(es)], i)) for n in (1, 2)}
         cpu = {n: CpuMeter(pools[n]) for n in (1, 2)}
-        for _ in range(rounds):
-            for n in (1, 2):
-                es = clients[n]
-                with cpu[n]:
-                    rate = qps(lambda i, es=es, c=call: c(es[(i // 100_000) % len(es)], i), 2 * n, seconds / rounds)
-                cpu[n].queries += rate * seconds / rounds
-                q[n].append(rate)
-        results[name]["qps"] = {f"pool_{n}": statistics.median(v) for n, v in q.items()}
-        results[name]["qps"]["ratio_2_over_1"] = round(statistics.median(q[2]) / statistics.median(q[1]), 2)
+        results[name]["qps"] = scaling(load, pools, seconds / rounds, rounds, cpu)
         results[name]["cpu_us_per_query"] = {f"pool_{n}": cpu[n].per_query_us() for n in (1, 2)}
         # the machine's own ceiling for this search: 1 vs 2 independent processes, no pool
         solo = independent_qps(db, dims, name, seconds / rounds, rounds)
         results[name]["qps"]["independent_1"] = solo[1]
         results[name]["qps"]["independent_2"] = solo[2]
         results[name]["qps"]["independent_ratio_2_over_1"] = round(solo[2] / solo[1], 2)
-        if name == "vector":  # the pool alone, without the owner's ranking work
-            rq: dict[int, list[float]] = {1: [], 2: []}
-
-            def retrieve_only(i: int, n: int) -> Any:
-                return retrievers[n].retrieve(
-                    [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}],
-                    metadata=None)
-
-            for n in (1, 2):  # this op keys its derived state by model: each worker builds it once
-                warm_up(lambda i, n=n: retrieve_only(i, n), pools[n], 2 * n)
-            for _ in range(rounds):
-                for n in (1, 2):
-                    rq[n].append(qps(lambda i, n=n: retrieve_only(i, n), 2 * n, seconds / rounds))
-            results[name]["qps_retrieve_only"] = {f"pool_{n}": statistics.median(v) for n, v in rq.items()}
-            results[name]["qps_retrieve_only"]["ratio_2_over_1"] = round(
-                statistics.median(rq[2]) / statistics.median(rq[1]), 2)
+        if name == "vector":  # the pool alone, without the owner's ranking work; this op keys its
+            # derived state by model, so the warm-up has each worker build that one too
+            results[name]["qps_retrieve_only"] = scaling(
+                {n: (lambda i, n=n: retrieve_only(i, n)) for n in (1, 2)}, pools, seconds / rounds, rounds)
         for e in (inproc, p1, p2, *clients[1], *clients[2]):
             e.close()
     results["ping"] = paired_latency({"pool_1": lambda i: pools[1].run("ping", i)}, samples)["pool_1"]
