@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_core.sources import stat_matches
 from memory_core.watcher import (
     KIND_MEMORY,
     KIND_ROOT,
@@ -475,10 +476,10 @@ class Freshness:
                 continue
             if path in forgotten:
                 continue
-            if path in verified and verified[path] is not None and _same(verified[path], st):
+            if path in verified and verified[path] is not None and stat_matches(verified[path], st):
                 continue
             row = indexed.get(path)
-            if row is not None and _same(row, st):
+            if row is not None and stat_matches(row, st):
                 continue
             if path in session_set and sessions_by_delta and not is_session_archive(path):
                 with self._cond:
@@ -854,14 +855,6 @@ class Freshness:
 _HEALTH = object()
 _RECONCILE = object()
 
-
-def _same(row: tuple[float | None, int | None], st: tuple[float, int]) -> bool:
-    mtime, size = row
-    if size is not None and int(size) != st[1]:
-        return False
-    if mtime is not None and abs(float(mtime) - st[0]) > 1.0:
-        return False
-    return size is not None or mtime is not None
 
 
 def _abs_for(rel: str, source: str, workspace: str, sessions_dir: str | None) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from host_facades.engine_indexing import PreparedChunk, prepare_chunks
 from memory_core.errors import MemoryCoreError, WorkspaceError
-from memory_core.sources import ScanResult, SourceEntry, scan_sources
+from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
 
 ProgressFn = Callable[[int, int, str], None]
@@ -210,7 +210,7 @@ def run_sync(
             todo.append(e)
         else:
             mtime, size, _ = stats[e.source][e.path]
-            if size != e.size or mtime is None or abs(float(mtime) - e.mtime_ms) > 1.0:
+            if mtime is None or size is None or not stat_matches((mtime, size), (e.mtime_ms, e.size)):
                 restat.append((e.path, e.source, e.hash, e.mtime_ms, e.size))
     # From here on only the identities of the scanned entries are needed; each content lives in
     # ``todo`` until it is chunked, so a large transcript's text is not held while publishing (H8).

@@ -56,6 +56,18 @@ IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv"
 MAX_FILE_BYTES = 64 * 1024 * 1024  # memory Markdown larger than this is reported as too_large
 
 
+def stat_matches(indexed: tuple[float | None, int | None], current: tuple[float, int]) -> bool:
+    """Whether an indexed source row's ``(mtime_ms, size)`` still describes a file whose stat is
+    ``current``: the size is the same and the mtime within 1 ms (what each of them records); a
+    row that records neither never matches."""
+    mtime, size = indexed
+    if size is not None and int(size) != current[1]:
+        return False
+    if mtime is not None and abs(float(mtime) - current[0]) > 1.0:
+        return False
+    return size is not None or mtime is not None
+
+
 @dataclass(frozen=True)
 class SourceEntry:
     """One source file as indexed: path, stat, content sha256 and the text to chunk."""
