@@ -11,6 +11,7 @@ import time
 import pytest
 
 from memory_core.errors import WorkerError, WorkerOverloaded, WorkerTimeout, WorkerUnavailable
+from tests.helpers import wait_for
 from workers.pool import InlinePool, WorkerPool, create_pools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,10 +61,7 @@ def test_task_errors_come_back_typed(pool):
 def test_killed_worker_fails_its_task_and_is_replaced(pool):
     pool.prewarm(1)
     fut = pool.submit("sleep", {"seconds": 30})
-    deadline = time.monotonic() + 5
-    while not pool.busy_pids() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    victim = pool.busy_pids()[0]
+    victim = _wait_busy(pool)
     os.kill(victim, signal.SIGKILL)
     with pytest.raises(WorkerUnavailable, match="exited .* while running task 'sleep'"):
         fut.result(timeout=10)
@@ -88,15 +86,10 @@ def test_timeout_ends_the_worker(pool):
 def test_cancel_running_task_ends_its_worker(pool):
     pool.prewarm(1)
     fut = pool.submit("sleep", {"seconds": 30})
-    while not pool.busy_pids():
-        time.sleep(0.01)
-    victim = pool.busy_pids()[0]
+    victim = _wait_busy(pool)
     assert fut.cancel() is True
     assert fut.cancelled()
-    deadline = time.monotonic() + 5
-    while victim in pool.worker_pids() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert victim not in pool.worker_pids()
+    assert wait_for(lambda: victim not in pool.worker_pids())
     assert pool.run("ping", 2) == 2
     assert pool.pending_tasks == 0
 
@@ -143,9 +136,7 @@ def test_idle_workers_retire_and_come_back():
     p = WorkerPool("retrieval", 1, idle_timeout_s=0.3)
     try:
         first = p.run("pid")
-        deadline = time.monotonic() + 5
-        while p.worker_pids() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: not p.worker_pids(), step=0.05)
         assert p.worker_pids() == []
         assert p.stats["retired_idle"] == 1
         assert p.run("pid") != first
@@ -244,9 +235,8 @@ def piped():
 
 
 def _wait_busy(p):
-    deadline = time.monotonic() + 5
-    while not p.busy_pids() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    """The pid of the first worker seen running a task (within 5 s)."""
+    assert wait_for(p.busy_pids, step=0.01), "no worker became busy"
     return p.busy_pids()[0]
 
 
@@ -305,14 +295,14 @@ def test_pipelined_task_times_out_while_waiting(piped):
 
 def _settled(p):
     """The pool's single slot once idle: every reply channel free, nothing in flight."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+    def idle() -> bool:
         with p._lock:
             slot = p._slots[0]
-            if not slot.inflight and len(slot.free) == p.pipeline_depth and not slot.reading:
-                return slot
-        time.sleep(0.01)
-    raise AssertionError(f"slot did not settle: inflight={list(slot.inflight)} free={slot.free}")
+            return not slot.inflight and len(slot.free) == p.pipeline_depth and not slot.reading
+
+    slot = p._slots[0]
+    assert wait_for(idle, step=0.01), f"slot did not settle: inflight={list(slot.inflight)} free={slot.free}"
+    return slot
 
 
 def test_concurrent_callers_sharing_a_worker_each_get_their_own_reply(piped):
@@ -369,9 +359,7 @@ def test_run_callers_on_a_killed_worker_fail_or_move_to_the_replacement(piped):
     victim = _wait_busy(piped)
     waiting = threading.Thread(target=call, args=("waiting", "pid", None))
     waiting.start()
-    deadline = time.monotonic() + 5
-    while len(piped._slots[0].inflight) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: len(piped._slots[0].inflight) >= 2, step=0.01)
     os.kill(victim, signal.SIGKILL)
     running.join(10)
     waiting.join(10)
