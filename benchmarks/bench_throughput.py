@@ -378,6 +378,10 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
                                           "vector_retrieve_only": results["vector"]["qps_retrieve_only"]["ratio_2_over_1"]},
         "machine_ceiling_2_independent_processes_over_1": {
             k: results[k]["qps"]["independent_ratio_2_over_1"] for k in kinds},
+        # how much of the scaling this machine allowed in the same run the pool kept (1.0 = all)
+        "pool_scaling_share_of_machine_ceiling": {
+            k: round(results[k]["qps"]["ratio_2_over_1"] / results[k]["qps"]["independent_ratio_2_over_1"], 2)
+            for k in kinds},
         "pooled_vector_over_raw_faiss_p50 (<= 1.3)": {
             "retrieve_only": round(v["pool_1_retrieve_only"]["p50_ms"] / v["raw_faiss"]["p50_ms"], 2),
             "full_search": round(v["pool_1"]["p50_ms"] / v["raw_faiss"]["p50_ms"], 2)},

@@ -64,5 +64,8 @@ def test_throughput_bench_runs_end_to_end_on_a_small_database(tmp_path):
         assert q["pool_1"] > 0 and q["pool_2"] > 0 and q["independent_1"] > 0 and q["independent_2"] > 0
         cpu = out[kind]["cpu_us_per_query"]["pool_2"]
         assert cpu["owner"] > 0 and cpu["workers"] > 0
+    share = out["targets"]["pool_scaling_share_of_machine_ceiling"]
+    assert all(share[k] > 0 for k in ("keyword", "vector", "hybrid")), share
     table = bt.format_table(out)
+    assert "pool_scaling_share_of_machine_ceiling" in table
     assert "QPS 1 / 2 workers" in table and "CPU us/query" in table and "machine's ceiling" in table
