@@ -72,15 +72,16 @@ def test_killed_worker_fails_its_task_and_is_replaced(pool):
 
 def test_timeout_ends_the_worker(pool):
     pool.prewarm(1)
-    before = set(pool.worker_pids())
     t0 = time.monotonic()
+    fut = pool.submit("sleep", {"seconds": 20}, timeout_s=0.3)
+    victim = _wait_busy(pool)
     with pytest.raises(WorkerTimeout, match="ran past its 0.3 s timeout"):
-        pool.run("sleep", {"seconds": 20}, timeout_s=0.3)
+        fut.result(timeout=10)
     assert time.monotonic() - t0 < 3
-    time.sleep(0.2)
+    assert wait_for(lambda: victim not in pool.worker_pids()), "the timed-out worker is still in the pool"
+    assert wait_for(lambda: not _alive(victim)), "the timed-out worker process is still running"
     assert pool.run("ping", 1) == 1
     assert pool.stats["timeouts"] == 1
-    assert len(set(pool.worker_pids()) & before) <= 1  # the timed-out worker is gone
 
 
 def test_cancel_running_task_ends_its_worker(pool):
@@ -232,6 +233,15 @@ def piped():
     p.prewarm(1)
     yield p
     p.close(drain=False)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def _wait_busy(p):
