@@ -33,6 +33,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks import add_json_argument, emit, progress_log
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORDS = ["harbor", "lantern", "meadow", "copper", "violet", "summit", "orchard", "pebble", "falcon", "cedar", "ember", "glacier", "canyon", "willow", "thistle", "granite", "marble", "saffron", "juniper", "quartz", "tundra", "delta", "prairie", "coral", "birch"]
@@ -259,7 +261,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transcript-mb", type=float, default=None, help="size of the generated transcript (400)")
     p.add_argument("--skip", action="append", default=[], choices=["latency", "idle", "transcript"],
                    help="skip a part (repeatable)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -268,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
     debounce = args.debounce_ms if args.debounce_ms is not None else (200 if quick else None)
     idle = args.idle_seconds or (10.0 if quick else 60.0)
     mb = args.transcript_mb or (40.0 if quick else 400.0)
-    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    log = progress_log(args)
     summary: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-freshness-") as root:
         if "latency" not in args.skip:
@@ -277,8 +279,7 @@ def run(args: argparse.Namespace) -> int:
             summary["idle"] = bench_idle(root, seconds=idle, files=args.files, log=log)
         if "transcript" not in args.skip:
             summary["transcript"] = bench_transcript(root, mb=mb, log=log)
-    if args.json:
-        print(json.dumps(summary, indent=2))
+    emit(args, summary, None)  # the progress log above reports each part
     return 0
 
 

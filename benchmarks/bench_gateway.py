@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import add_json_argument, emit
+
 TOKEN = "bench-token"
 WORDS = ("falcon staging latency coffee postgres deploy window certificate roast editor theme cluster backup "
          "quota migration schema index vector lexical ranking decay snippet citation agent session memory "
@@ -141,7 +143,10 @@ def run_bench(*, files: int = 200, samples: int = 300, seconds: float = 5.0, cli
     from memory_core.config import load_config
     from memory_core.core import MemoryCore
 
-    root = Path(workdir or tempfile.mkdtemp(prefix="memory-core-bench-gw-"))
+    if workdir is None:  # a generated workspace and index of our own: removed when done
+        with tempfile.TemporaryDirectory(prefix="memory-core-bench-gw-") as tmp:
+            return run_bench(files=files, samples=samples, seconds=seconds, clients=clients, workdir=tmp)
+    root = Path(workdir)
     ws = build_workspace(root, files)
     state = root / "state"
     config_path = root / "memory-core.json"
@@ -181,19 +186,20 @@ def run_bench(*, files: int = 200, samples: int = 300, seconds: float = 5.0, cli
     return results
 
 
-def print_table(r: dict[str, Any]) -> None:
-    print(f"gateway benchmark: {r['files']} files, {r['chunks']} chunks, {r['cpu_count']} CPUs "
-          f"(indexed in {r['index_s']} s)")
-    print(f"{'path':<22}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}")
+def table(r: dict[str, Any]) -> str:
+    lines = [f"gateway benchmark: {r['files']} files, {r['chunks']} chunks, {r['cpu_count']} CPUs "
+             f"(indexed in {r['index_s']} s)",
+             f"{'path':<22}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}"]
     for key, label in (("in_process", "in-process search"), ("gateway_v1", "gateway v1"),
                        ("gateway_v2", "gateway v2"), ("round_trip", "protocol round trip")):
         row = r[key]
-        print(f"{label:<22}{row['p50_ms']:>10.3f}{row['p95_ms']:>10.3f}{row['n']:>7}")
+        lines.append(f"{label:<22}{row['p50_ms']:>10.3f}{row['p95_ms']:>10.3f}{row['n']:>7}")
     verdict = "ok" if r["overhead_ok"] else "over target"
-    print(f"overhead p50 (gateway v1 - in-process): {r['overhead_p50_ms']:.3f} ms (target <= 2 ms: {verdict})")
+    lines.append(f"overhead p50 (gateway v1 - in-process): {r['overhead_p50_ms']:.3f} ms (target <= 2 ms: {verdict})")
     c = r["concurrent"]
-    print(f"{c['clients']} concurrent connections: {c['searches_per_s']} searches/s "
-          f"({c['searches']} in {c['seconds']} s)")
+    lines.append(f"{c['clients']} concurrent connections: {c['searches_per_s']} searches/s "
+                 f"({c['searches']} in {c['seconds']} s)")
+    return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -202,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of the concurrent run")
     parser.add_argument("--clients", type=int, default=16, help="concurrent connections (default 16)")
     parser.add_argument("--workdir", default=None, help="folder for the workspace and index (default: a temp dir)")
-    parser.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -215,9 +221,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     results = run_bench(files=args.files, samples=args.samples, seconds=args.seconds, clients=args.clients,
                         workdir=args.workdir)
-    print_table(results)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    emit(args, results, lambda: table(results))
     return 0
 
 

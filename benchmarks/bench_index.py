@@ -10,7 +10,6 @@ Prints a table and writes the results as JSON. Target: keyword-only 10k files / 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -19,6 +18,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from benchmarks import add_json_argument, emit, progress_log
 
 TARGET_KEYWORD_SECONDS = 60.0
 
@@ -192,23 +193,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embed-files", type=int, default=200, help="subset indexed with local embeddings (0 = skip)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="keep the generated workspace and databases here")
-    p.add_argument("--out", metavar="FILE", default="bench-index.json", help="write the results as JSON here")
-    p.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
+    add_json_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
     result = run_bench(files=args.files, total_mb=args.mb, embed_files=args.embed_files, seed=args.seed,
-                       workdir=args.workdir, with_embeddings=args.embed_files > 0, log=log)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=2)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(format_table(result))
-        if args.out:
-            print(f"results written to {args.out}")
+                       workdir=args.workdir, with_embeddings=args.embed_files > 0, log=progress_log(args))
+    emit(args, result, lambda: format_table(result))
     return 0
 
 

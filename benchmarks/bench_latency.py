@@ -16,7 +16,6 @@ Target: hybrid p50 <= 2 x (raw FTS5 p50 + raw faiss p50) at 100k chunks.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -26,6 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from benchmarks import add_json_argument, emit, progress_log
 
 DIMS = 384
 CHUNKS_PER_FILE = 10
@@ -184,20 +185,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ci", action="store_true", help="10k chunks only, 50 queries")
     p.add_argument("--sizes", default=None, help="comma-separated chunk counts (default 10000,100000)")
     p.add_argument("--queries", type=int, default=None, help="queries per size (default 200)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_json_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([10_000] if args.ci else [10_000, 100_000])
     nq = args.queries or (50 if args.ci else 200)
-    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    log = progress_log(args)
     workdir = tempfile.mkdtemp(prefix="mc-bench-latency-")
     try:
         out = [run_size(n, nq, workdir, log) for n in sizes]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    if args.json:
-        print(json.dumps(out, indent=2))
+    emit(args, out, None)  # the table is the progress log above
     return 0
 
 

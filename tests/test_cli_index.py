@@ -105,11 +105,16 @@ def test_parser_registers_only_working_commands(capsys):
 
 def test_bench_index_small_run_writes_json(tmp_path):
     out = tmp_path / "bench.json"
-    r = run(["bench", "index", "--files", "60", "--mb", "0.2", "--embed-files", "0", "--out", str(out)],
-            tmp_path / "home")
+    args = ["bench", "index", "--files", "60", "--mb", "0.2", "--embed-files", "0"]
+    r = run([*args, "--json", str(out)], tmp_path / "home", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "keyword_only" in r.stdout and "target: keyword-only < 60s -> met" in r.stdout
+    assert f"results written to {out}" in r.stdout
     result = json.loads(out.read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]  # nothing else left behind
+    stdout_json = run([*args, "--json", "-"], tmp_path / "home", cwd=tmp_path)  # JSON instead of the table
+    assert stdout_json.returncode == 0, stdout_json.stderr
+    assert json.loads(stdout_json.stdout)["workspace"]["files"] == 61
     assert result["workspace"]["files"] == 61
     kw = result["results"]["keyword_only"]
     assert kw["files"] == 61 and kw["chunks"] > 0 and kw["mb_per_s"] > 0

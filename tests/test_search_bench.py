@@ -18,6 +18,16 @@ def test_metrics_and_rrf():
     assert bq.rrf([["a", "b", "c"], ["c", "b"]]) == ["c", "b", "a"]  # 1/63 + 1/61 > 2/62
 
 
+def test_quality_bench_without_its_baselines_says_what_to_install(monkeypatch, capsys):
+    from memory_core.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bm25s" else real(name, *a))
+    assert main(["bench", "quality", "--ci", "--no-vectors", "--dataset", "wordnet"]) == 1
+    err = capsys.readouterr().err
+    assert "bench quality needs bm25s" in err and "pip install" in err and "Traceback" not in err
+
+
 @pytest.mark.skipif(not WORDNET, reason="needs Debian's wordnet-base (apt-get install wordnet-base)")
 def test_wordnet_dataset_excludes_examples_and_keeps_hard_negatives():
     docs, queries = bq.build_dataset(20, 200, seed=0)
