@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from memory_core.errors import ConfigError, InvalidRequest, MemoryCoreError, WorkspaceError
 
@@ -55,6 +55,8 @@ def load_cli_config(args: argparse.Namespace) -> Any:
     agent = getattr(args, "agent", None)
     if agent and agent != cfg.agent_id:
         cfg = cfg.for_agent(agent)
+    for notice in cfg.notices:
+        print(f"warning: {notice}", file=sys.stderr)
     return cfg
 
 
@@ -189,9 +191,16 @@ def _register_builtin(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_cmd_status)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like every other error: ``error: <command>: <problem> (see --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = common_parser()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memory-core",
         description="Index and search an agent's Markdown memory and session transcripts (OpenClaw Memory Core).",
     )

@@ -302,6 +302,8 @@ class MemoryCoreConfig(_Model):
 
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+    # settings that were accepted but have no effect, said once by the CLI (``warning: ...``)
+    _notices: list[str] = PrivateAttr(default_factory=list)
 
     @field_validator("state_dir", "workspace", "sessions_dir", mode="after")
     @classmethod
@@ -355,6 +357,10 @@ class MemoryCoreConfig(_Model):
         out: list[Literal["memory", "sessions"]] = []
         for s in self.sources or ["memory"]:
             if s == "sessions" and not self.experimental.session_memory:
+                notice = ('sources: "sessions" is ignored: session transcripts are indexed only with '
+                          "experimental.sessionMemory = true")
+                if notice not in self._notices:
+                    self._notices.append(notice)
                 continue
             if s not in out:
                 out.append(s)
@@ -362,6 +368,11 @@ class MemoryCoreConfig(_Model):
         return self
 
     # ------------------------------------------------------------------ helpers
+
+    @property
+    def notices(self) -> list[str]:
+        """Settings that were accepted but have no effect (e.g. "sessions" without the flag)."""
+        return list(self._notices)
 
     @property
     def vectors_enabled(self) -> bool:
@@ -410,6 +421,8 @@ class MemoryCoreConfig(_Model):
             hybrid = base["query"]["hybrid"]
             hybrid["vectorWeight"] = r_hybrid.get("vectorWeight", DEFAULT_VECTOR_WEIGHT)
             hybrid["textWeight"] = r_hybrid.get("textWeight", DEFAULT_TEXT_WEIGHT)
+        if self._raw and "sources" in self._raw:  # as configured: normalised after the merge
+            base["sources"] = self._raw["sources"]  # (an agent may turn on experimental.sessionMemory)
         merged = _merge_agent(base, override)
         merged["agentId"] = agent_id
         merged["agents"] = self.agents
@@ -560,6 +573,11 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
             rest = name[len(ENV_PREFIX):]
             path = tuple(_camel(part.lower()) for part in rest.split("__"))
             if not path or path[0] not in top_fields:
+                if "__" in rest:  # the nested form only addresses config keys: a misspelt section
+                    raise ConfigError(
+                        f"environment variable {name}: unknown configuration section {path[0]!r}; "
+                        f"known: {', '.join(sorted(top_fields))} (MEMORY_CORE_<SECTION>__<KEY>, e.g. "
+                        "MEMORY_CORE_QUERY__MAX_RESULTS)")
                 continue  # other components' MEMORY_CORE_* variables (e.g. test or bench knobs)
         node = layer
         for part in path[:-1]:

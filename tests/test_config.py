@@ -150,6 +150,24 @@ def test_sessions_source_needs_experimental_session_memory():
     on = load_config(env={}, overrides={"sources": ["sessions", "memory"], "experimental": {"sessionMemory": True}})
     assert on.sources == ["sessions", "memory"]
     assert load_config(env={}, overrides={"sources": []}).sources == ["memory"]
+    off = load_config(env={}, overrides={"sources": ["memory", "sessions"]})
+    assert off.notices == ['sources: "sessions" is ignored: session transcripts are indexed only with '
+                           "experimental.sessionMemory = true"]
+    assert on.notices == [] and off.for_agent("ops").notices == off.notices
+    per_agent = load_config(env={}, overrides={"sources": ["memory", "sessions"],
+                                               "agents": {"ops": {"experimental": {"sessionMemory": True}}}})
+    assert per_agent.sources == ["memory"] and per_agent.for_agent("ops").sources == ["memory", "sessions"]
+    assert per_agent.for_agent("ops").notices == []
+
+
+def test_cli_says_when_a_setting_has_no_effect(tmp_path, monkeypatch, capsys):
+    from memory_core.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('sources = ["memory", "sessions"]\n', encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CORE_HOME", str(tmp_path / "home"))
+    assert main(["status", "--workspace", str(tmp_path), "--config", str(cfg)]) == 0
+    assert 'warning: sources: "sessions" is ignored' in capsys.readouterr().err
 
 
 def test_extra_paths_trimmed_and_deduplicated():
@@ -182,6 +200,13 @@ def test_wrong_type_from_env_names_the_variable():
         "invalid configuration: query.hybrid.vectorWeight: must be a number (got 'lots'); "
         "set in environment variable MEMORY_CORE_QUERY__HYBRID__VECTOR_WEIGHT"
     )
+
+
+def test_misspelt_env_section_is_rejected_and_other_knobs_are_left_alone():
+    msg = _err(env={"MEMORY_CORE_QUERYY__MAX_RESULTS": "3"})
+    assert msg.startswith("environment variable MEMORY_CORE_QUERYY__MAX_RESULTS: unknown configuration "
+                          "section 'queryy'; known: ") and "MEMORY_CORE_QUERY__MAX_RESULTS" in msg
+    assert load_config(env={"MEMORY_CORE_HYPOTHESIS": "explore"}).query.max_results == 6  # not a config key
 
 
 def test_unknown_key_and_bad_enum_rejected(tmp_path):

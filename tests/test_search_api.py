@@ -100,6 +100,20 @@ def test_cli_search_table_and_json(ws, state_home, capsys):
     assert 'fts query: "Falcon"' in out and "score parts" in out
     assert main(["search", *args]) == 2
     assert "a query is required" in capsys.readouterr().err
+    assert main(["search", "   ", *args]) == 2  # blank: the same usage error, not "No matches."
+    assert "the query given was blank" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["get", "MEMORY.md", "--lines", "0"], ["get", "MEMORY.md", "--lines", "-5"], ["get", "MEMORY.md", "--from", "0"],
+    ["search", "x", "--max-results", "0"], ["search", "x", "--max-results", "many"], ["nosuchcommand"],
+])
+def test_cli_usage_errors_are_one_line(argv, ws, state_home, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--workspace", str(ws)] if argv[0] != "nosuchcommand" else argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: memory-core") and "--help" in err, err
 
 
 def test_cli_get(ws, state_home, capsys):

@@ -14,8 +14,11 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
                               description="Hybrid (or keyword-only) search over the agent's memory index.")
     p.add_argument("query", nargs="?", help="the search text")
     p.add_argument("--query", dest="query_opt", metavar="TEXT", help="the search text (wins over the positional)")
-    p.add_argument("--max-results", type=int, default=None, metavar="N", help="results to return (default 6)")
-    p.add_argument("--min-score", type=float, default=None, metavar="X", help="minimum score (default 0.35)")
+    p.add_argument("--max-results", type=positive_int, default=None, metavar="N",
+                   help="results to return (default 6; at most 200 come back, the candidate cap)")
+    p.add_argument("--min-score", type=float, default=None, metavar="X",
+                   help="minimum score (default 0.35); when no hit reaches it, the keyword matches come back "
+                        "anyway (upstream's relaxed selection)")
     p.add_argument("--source", action="append", choices=["memory", "sessions"], default=None,
                    help="restrict to a source (repeatable; default: the configured sources)")
     p.add_argument("--lexical-only", action="store_true", help="keyword search only, no query embedding")
@@ -27,10 +30,22 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     g = subparsers.add_parser("get", parents=[common], help="read lines of an indexed memory file",
                               description="Read a line range of MEMORY.md, memory/**, an extra path or an indexed session.")
     g.add_argument("path", help="workspace-relative path, e.g. memory/2026-01-02.md")
-    g.add_argument("--from", dest="from_", type=int, default=None, metavar="LINE", help="first line (1-based)")
-    g.add_argument("--lines", type=int, default=None, metavar="N", help="number of lines (default 120)")
+    g.add_argument("--from", dest="from_", type=positive_int, default=None, metavar="LINE",
+                   help="first line (1-based)")
+    g.add_argument("--lines", type=positive_int, default=None, metavar="N", help="number of lines (default 120)")
     g.add_argument("--json", action="store_true", help="print JSON")
     g.set_defaults(func=_cmd_get)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a usage error names the value otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def _open_core(args: argparse.Namespace) -> Any:
@@ -92,8 +107,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from memory_core.search.facade import engine_for
 
     query = args.query_opt if args.query_opt is not None else args.query
-    if query is None:
-        raise InvalidRequest("a query is required: memory-core search QUERY (or --query TEXT)")
+    if query is None or not query.strip():
+        raise InvalidRequest("a query is required: memory-core search QUERY (or --query TEXT)"
+                             + ("; the query given was blank" if query is not None else ""))
     core = _open_core(args)
     try:
         kwargs = dict(max_results=args.max_results, min_score=args.min_score, sources=args.source,
