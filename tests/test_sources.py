@@ -165,8 +165,6 @@ def test_bad_input_is_reported_and_loses_nothing(tmp_path):
 
 
 def test_too_large_file(tmp_path, monkeypatch):
-    import memory_core.sources as sources
-
     monkeypatch.setattr(sources, "MAX_FILE_BYTES", 1000)
     write(tmp_path / "memory" / "big.md", "a" * 1001)
     with pytest.raises(SourceReadError) as info:
@@ -292,7 +290,7 @@ def test_large_transcript_streams(tmp_path, monkeypatch):
     opened = []
 
     def recording_open(*args, **kwargs):
-        opened.append(PieceRecordingFile(open(*args, **kwargs)))
+        opened.append(PieceRecordingFile(open(*args, **kwargs)))  # noqa: SIM115 - the wrapper closes it
         return opened[-1]
 
     monkeypatch.setattr(sources, "open", recording_open, raising=False)
