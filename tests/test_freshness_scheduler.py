@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from memory_core import freshness
 from memory_core.freshness import Freshness, FreshnessSettings, count_newlines
 from memory_core.watcher import (
     KIND_MEMORY,
@@ -132,12 +133,15 @@ def test_classify_event_ignore_list_and_kinds(tmp_path):
     assert classify_event(t, "deleted", f"{m}/old").kind == KIND_TREE
 
 
-def test_count_newlines_reads_only_the_appended_range(tmp_path):
+def test_count_newlines_reads_only_the_appended_range(tmp_path, monkeypatch):
+    monkeypatch.setattr(freshness, "_READ_BLOCK", 4)  # 2 newlines per block
     p = tmp_path / "t.jsonl"
     p.write_bytes(b"a\n" * 10 + b"b\n" * 3)
     assert count_newlines(str(p), 20, 26) == 3
+    assert count_newlines(str(p), 21, 25) == 2  # b"\nb\nb": both ends of the range hold
     assert count_newlines(str(p), 0, 26) == 13
-    assert count_newlines(str(p), 0, 26, stop_at=5) >= 5
+    # stops after the block that reaches 5: three blocks, 6 newlines, not all 13
+    assert count_newlines(str(p), 0, 26, stop_at=5) == 6
 
 
 # ---------------------------------------------------------------- watcher

@@ -308,16 +308,18 @@ def test_acceptance_20_legacy_owner_through_v2_vs_v1(service: MemoryService) -> 
     status, payload = run(go())
     assert status == "ok" and payload["providerId"] == "memory-core"
     assert [h["reference"]["id"] for h in payload["hits"]] == ["sessions/main/own.jsonl", "MEMORY.md"]
-    # v1 returns the raw file-shaped results (every hit) with provider "none"
-    raw = RawManager().search("q", {})
-    assert [MemorySearchResult.model_validate(r).path for r in raw] == [
-        "sessions/main/own.jsonl", "sessions/other/theirs.jsonl", "MEMORY.md"]
+    # v1 is memory-core's own 2026.9.6 handler (engine.md D8): every hit of the agent's engine,
+    # file-shaped and unfiltered, with provider "none", whoever owns the slot
 
     async def v1() -> Any:
         return await call(service, "memory.search", {"query": "tomatoes"})
 
     status, payload = run(v1())
-    assert status == "ok" and payload["provider"] == "none" and "version" not in payload
+    assert status == "ok" and set(payload) == {"agentId", "provider", "searchMode", "results"}
+    assert (payload["agentId"], payload["provider"], payload["searchMode"]) == ("main", "none", "fts-only")
+    assert [MemorySearchResult.model_validate(r).model_dump(include={"path", "snippet", "source"})
+            for r in payload["results"]] == [
+        {"path": "MEMORY.md", "snippet": "- tomatoes grow best in full sun\n", "source": "memory"}]
 
 
 # --- acceptance 21 ------------------------------------------------------------------------------

@@ -305,9 +305,12 @@ def test_authorizer_recall_pass_rules() -> None:
     sessions = configured.model_copy(update={"corpus": "sessions"})
     child = "agent:main:main:active-memory:0123456789ab"
     # valid pass: the anchor transcript itself is excluded, other agents never pass
-    assert paths(AUTH(agent_id="main", requester_session_key=child, sandboxed=False, hits=HITS,
+    anchor_hit = MemorySearchResult.model_validate(result("sessions/main/main.jsonl", "sessions"))
+    assert transcript_of(anchor_hit) == ("main", "agent:main:main")
+    with_anchor = [anchor_hit, *HITS]
+    assert paths(AUTH(agent_id="main", requester_session_key=child, sandboxed=False, hits=with_anchor,
                       conversation_recall=configured)) == ["sessions/main/own.jsonl", "MEMORY.md"]
-    assert paths(AUTH(agent_id="main", requester_session_key=child, sandboxed=False, hits=HITS,
+    assert paths(AUTH(agent_id="main", requester_session_key=child, sandboxed=False, hits=with_anchor,
                       conversation_recall=sessions)) == ["sessions/main/own.jsonl"]
     # sandboxed caller: invalid pass
     assert paths(AUTH(agent_id="main", requester_session_key=child, sandboxed=True, hits=HITS,

@@ -708,12 +708,16 @@ def test_checklist_20_close_releases_only_this_lease(indexed: MemoryCoreConfig) 
 
     async def go() -> list[str]:
         caller = Caller(OPERATOR)
-        a = await open_lease(runtime, caller=caller)
+        # the provider's own lease, not the host wrapper (which refuses closed handles by itself)
+        a = (await runtime.open(MemoryProviderOpenParams(agent_id="main", context=caller.context))).provider
         b = await open_lease(runtime)
         await a.search({"query": "tomatoes"})
         caller.revoked = "revoked"
         await a.close()  # tolerated after revocation
         await a.close()
+        caller.revoked = None  # authority back: the lease stays released
+        with pytest.raises(AuthorityNotCurrent, match="^memory-core: this memory provider lease is closed$"):
+            await a.search({"query": "tomatoes"})
         return excerpts(await b.search({"query": "gardening", "minScore": 0}))
 
     assert run(go()) == ["- gardening tips for tomatoes"]

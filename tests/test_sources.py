@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memory_core import sources
 from memory_core.errors import SourceReadError, WorkspaceError
 from memory_core.sources import (
     build_file_entry,
@@ -164,8 +165,6 @@ def test_bad_input_is_reported_and_loses_nothing(tmp_path):
 
 
 def test_too_large_file(tmp_path, monkeypatch):
-    import memory_core.sources as sources
-
     monkeypatch.setattr(sources, "MAX_FILE_BYTES", 1000)
     write(tmp_path / "memory" / "big.md", "a" * 1001)
     with pytest.raises(SourceReadError) as info:
@@ -238,16 +237,66 @@ def test_session_files_and_entries(tmp_path):
     assert list_session_files(str(tmp_path / "missing")) == []
 
 
+class PieceRecordingFile:
+    """A transcript's file object that records the largest piece the reader took in one call."""
+
+    def __init__(self, fh):
+        self._fh = fh
+        self.largest = 0
+
+    def _took(self, data):
+        self.largest = max(self.largest, len(data))
+        return data
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._took(next(self._fh))
+
+    def read(self, size=-1):
+        return self._took(self._fh.read(size))
+
+    def readline(self, size=-1):
+        return self._took(self._fh.readline(size))
+
+    def readlines(self, hint=-1):
+        return [self._took(line) for line in self._fh.readlines(hint)]
+
+    def fileno(self):
+        return self._fh.fileno()
+
+    def close(self):
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._fh.close()
+
+
 @pytest.mark.slow
-def test_large_transcript_streams(tmp_path):
-    # ~60 MB transcript with a 50 MB single message line: flattened without reading the file whole.
+def test_large_transcript_streams(tmp_path, monkeypatch):
+    # ~57 MB transcript with a 50 MB single message line: flattened without reading the file whole.
     big = {"type": "message", "message": {"role": "user", "content": "z" * 50_000_000}}
     small = {"type": "message", "message": {"role": "assistant", "content": "ok"}}
+    big_line = json.dumps(big) + "\n"
+    line_bytes = len(big_line)
     with open(tmp_path / "big.jsonl", "w") as fh:
-        fh.write(json.dumps(big) + "\n")
+        fh.write(big_line)
         for _ in range(100_000):
             fh.write(json.dumps(small) + "\n")
+    opened = []
+
+    def recording_open(*args, **kwargs):
+        opened.append(PieceRecordingFile(open(*args, **kwargs)))  # noqa: SIM115 - the wrapper closes it
+        return opened[-1]
+
+    monkeypatch.setattr(sources, "open", recording_open, raising=False)
     entry = build_session_entry(str(tmp_path), str(tmp_path / "big.jsonl"))
+    # one line at a time: the largest piece taken is the 50 MB line, not the file
+    assert [f.largest for f in opened] == [line_bytes]
     assert entry.line_map[:2] == (1, 1)
     assert entry.line_map[-1] == 100_001
     assert len(entry.line_map) == 62_500 + 100_000
