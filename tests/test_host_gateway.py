@@ -281,8 +281,13 @@ MEMORY = {"path": "MEMORY.md", "startLine": 1, "endLine": 1, "score": 0.7, "snip
 
 
 class RawManager:
+    closed = 0
+
     def search(self, query: str, opts: dict) -> list[dict]:
         return [OWN, THEIRS, MEMORY]
+
+    def close(self) -> None:
+        self.closed += 1
 
     def read_file(self, **_: Any) -> dict:
         return {"status": "not_found", "text": "", "path": ""}
@@ -308,18 +313,19 @@ def test_acceptance_20_legacy_owner_through_v2_vs_v1(service: MemoryService) -> 
     status, payload = run(go())
     assert status == "ok" and payload["providerId"] == "memory-core"
     assert [h["reference"]["id"] for h in payload["hits"]] == ["sessions/main/own.jsonl", "MEMORY.md"]
-    # v1 is memory-core's own 2026.9.6 handler (engine.md D8): every hit of the agent's engine,
-    # file-shaped and unfiltered, with provider "none", whoever owns the slot
+    # v1 with a legacy owner (provider-runtime.md §3.3): the owner's manager, opened with purpose
+    # "cli" and closed after, answers with every raw result (another agent's transcript included)
 
     async def v1() -> Any:
         return await call(service, "memory.search", {"query": "tomatoes"})
 
+    acquired, closed = legacy.acquired, legacy.manager.closed
     status, payload = run(v1())
     assert status == "ok" and set(payload) == {"agentId", "provider", "searchMode", "results"}
     assert (payload["agentId"], payload["provider"], payload["searchMode"]) == ("main", "none", "fts-only")
-    assert [MemorySearchResult.model_validate(r).model_dump(include={"path", "snippet", "source"})
-            for r in payload["results"]] == [
-        {"path": "MEMORY.md", "snippet": "- tomatoes grow best in full sun\n", "source": "memory"}]
+    assert [r["path"] for r in payload["results"]] == [
+        MemorySearchResult.model_validate(h).path for h in (OWN, THEIRS, MEMORY)]
+    assert (legacy.acquired, legacy.manager.closed) == (acquired + 1, closed + 1)
 
 
 # --- acceptance 21 ------------------------------------------------------------------------------

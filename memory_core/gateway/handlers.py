@@ -26,6 +26,8 @@ from memory_core.gateway.params import (
     parse_v1_search,
 )
 from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
+from memory_core.host.enforcement import resolve
+from memory_core.host.legacy import MemorySearchResult
 from memory_core.provider.types import (
     AbortSignal,
     MemoryCallerContext,
@@ -155,6 +157,9 @@ class MemoryMethods:
         """The 2026.9.6 handler: validate, search the agent's engine, answer the file-shaped payload."""
         request = parse_v1_search(params)
         agent_id = self.service.agents.resolve_v1(params)
+        owner = self.service.host.owner
+        if owner is not None and not owner.has_provider_runtime and owner.runtime is not None:
+            return await self.search_v1_legacy(request, agent_id, owner.runtime)
         # An open engine is a dict lookup; only the first open (which may index) leaves the event loop.
         core = self.service.runtime.opened_core(agent_id)
         if core is None:
@@ -184,6 +189,40 @@ class MemoryMethods:
                 if staleness.get(key):
                     payload[key] = staleness[key]
         return payload
+
+    async def search_v1_legacy(self, request: Any, agent_id: str, runtime: Any) -> dict[str, Any]:
+        """v1 when the slot owner is a legacy plugin (provider-runtime.md §3.3): its manager, opened
+        with purpose "cli" and always closed, answers with its raw results, unfiltered."""
+        cfg = self.service.agent_config(agent_id)
+        try:
+            acquired = await resolve(runtime.get_memory_search_manager(cfg=cfg, agent_id=agent_id, purpose="cli"))
+        except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
+            raise unavailable(f"memory search unavailable: {error_message(exc)}") from exc
+        manager = acquired.get("manager") if isinstance(acquired, dict) else acquired
+        if manager is None:
+            error = acquired.get("error") if isinstance(acquired, dict) else None
+            raise unavailable(error or f"memory search unavailable: {PROVIDER_UNAVAILABLE}")
+        try:
+            opts: dict[str, Any] = {"max_results": request.max_results}
+            if request.min_score is not None:
+                opts["min_score"] = request.min_score
+            try:
+                raw = await resolve(manager.search(request.query, opts))
+                status = await resolve(manager.status()) if callable(getattr(manager, "status", None)) else {}
+            except Exception as exc:  # noqa: BLE001
+                raise unavailable(f"memory search failed: {error_message(exc)}") from exc
+        finally:
+            if callable(getattr(manager, "close", None)):
+                await resolve(manager.close())
+        status = status if isinstance(status, dict) else {}
+        provider = str(status.get("provider") or "none")
+        custom = status.get("custom") if isinstance(status.get("custom"), dict) else {}
+        vector = status.get("vector") if isinstance(status.get("vector"), dict) else {}
+        mode = custom.get("searchMode") or (
+            "fts-only" if provider == "none" or vector.get("enabled") is False else "hybrid")
+        hits = [h if isinstance(h, MemorySearchResult) else MemorySearchResult.model_validate(h) for h in raw]
+        return {"agentId": agent_id, "provider": provider, "searchMode": mode,
+                "results": [v1_result(h.model_dump(by_alias=True, exclude_none=True)) for h in hits]}
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
