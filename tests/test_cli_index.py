@@ -49,9 +49,9 @@ def test_index_and_status_json_on_example_workspace(tmp_path, example_ws):
     r = run(["status", "--workspace", str(example_ws), "--config", cfg, "--json"], home)
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert st["db_path"] == str(home / "main.sqlite")
+    assert st["db_path"] == str(home / "example.sqlite")  # the example is its own agent
     assert (st["agent"], st["files"], st["chunks"], st["chunks_by_source"]) == (
-        "main", 19, 39, {"memory": 37, "sessions": 2})
+        "example", 19, 39, {"memory": 37, "sessions": 2})
     assert (st["provider"], st["model"], st["dims"], st["dirty"]) == ("none", "fts-only", None, False)
     assert st["fts"] == {"available": True, "tokenizer": "unicode61", "error": None}
     assert st["vector"]["enabled"] is False and st["identity"] == {"state": "ok", "mismatch": []}
