@@ -114,3 +114,18 @@ def test_bench_index_small_run_writes_json(tmp_path):
     kw = result["results"]["keyword_only"]
     assert kw["files"] == 61 and kw["chunks"] > 0 and kw["mb_per_s"] > 0
     assert result["results"]["disk_read"]["files"] == 61
+
+
+def test_a_skipped_binary_md_does_not_make_every_search_warn(tmp_path, example_ws):
+    # The audit's reproduction: each command is a new process, so only the index can tell search
+    # that the last sync already skipped memory/bin.md exactly as it is now.
+    home = tmp_path / "home"
+    (example_ws / "memory" / "bin.md").write_bytes(b"\xff\x00")
+    ws = ["--workspace", str(example_ws)]
+    for force in ([], ["--force"]):
+        r = run(["index", *ws, *force], home)
+        assert r.returncode == 0 and "skipped memory/bin.md" in r.stderr, r.stderr
+        r = run(["search", "x", *ws], home)
+        assert (r.returncode, r.stderr) == (0, "")
+    assert "Dirty: no" in run(["status", *ws], home).stdout
+
