@@ -195,10 +195,17 @@ def run_sync(
     wanted = None if paths is None else {p.replace(os.sep, "/") for p in paths}
     max_input = int(getattr(provider, "max_input_bytes", 0) or 0) if provider is not None else DEFAULT_MAX_INPUT_BYTES
 
+    # A tombstoned session is neither added nor prepared: it is counted as forgotten (the writer
+    # still refuses its publication, for a forget that lands while this sync runs).
+    forgotten = {(source, path) for source, path, _ in writer.forgotten_paths()}
+
     todo: list[SourceEntry] = []
     restat: list[tuple[str, str, str, float, int]] = []  # same content, new mtime/size
     for e in result.entries:
         if wanted is not None and e.path not in wanted:
+            continue
+        if (e.source, e.path) in forgotten:
+            summary.forgotten += 1
             continue
         old = before.get(e.source, {}).get(e.path)
         if old is None:

@@ -129,3 +129,17 @@ def test_a_skipped_binary_md_does_not_make_every_search_warn(tmp_path, example_w
         assert (r.returncode, r.stderr) == (0, "")
     assert "Dirty: no" in run(["status", *ws], home).stdout
 
+
+def test_index_counts_a_forgotten_session_as_forgotten_not_added(tmp_path, example_ws):
+    home = tmp_path / "home"
+    args = ["--workspace", str(example_ws), "--config", str(EXAMPLES / "memory-core.toml")]
+    assert run(["index", *args], home).returncode == 0
+    r = run(["forget", "--session", "0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11", *args], home)
+    assert r.stdout.startswith("Forgot sessions/0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11.jsonl: 1 chunk(s) removed;")
+    for _ in range(2):
+        r = run(["index", *args], home)
+        assert "  files 18, chunks 38; added 0, changed 0, removed 0, unchanged 18, forgotten 1\n" in r.stdout
+    s = json.loads(run(["index", *args, "--json"], home).stdout)
+    assert {k: s[k] for k in ("added", "unchanged", "forgotten", "skipped", "chunks_written")} == {
+        "added": 0, "unchanged": 18, "forgotten": 1, "skipped": 0, "chunks_written": 0}
+

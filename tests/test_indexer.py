@@ -275,6 +275,17 @@ def test_full_reindex_keeps_forgotten_sessions_forgotten(tmp_path):
     ro.close()
 
 
+def test_a_forgotten_session_is_counted_as_forgotten_not_added(tmp_path):
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws)
+    with MemoryCore(str(ws), config=load_config(EXAMPLES / "memory-core.toml")) as core:
+        core.index()
+        assert core.forget_session("0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11") == 1
+        for force in (False, False, True):
+            s = core.index(force=force)
+            assert (s.full, s.added, s.changed, s.unchanged, s.forgotten, s.files) == (force, 0, 0, 18, 1, 18)
+
+
 def test_targeted_sync_reports_a_file_that_turned_binary_and_keeps_its_rows(workspace, state_home):
     (workspace / "memory" / "a.md").write_text("hello world\n")
     with MemoryCore(str(workspace)) as core:
