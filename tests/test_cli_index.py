@@ -143,3 +143,20 @@ def test_index_counts_a_forgotten_session_as_forgotten_not_added(tmp_path, examp
     assert {k: s[k] for k in ("added", "unchanged", "forgotten", "skipped", "chunks_written")} == {
         "added": 0, "unchanged": 18, "forgotten": 1, "skipped": 0, "chunks_written": 0}
 
+
+def test_forget_of_an_unknown_session_fails_and_writes_no_tombstone(tmp_path, example_ws):
+    home = tmp_path / "home"
+    args = ["--workspace", str(example_ws), "--config", str(EXAMPLES / "memory-core.toml")]
+    assert run(["index", *args], home).returncode == 0
+    sessions = example_ws / "sessions"
+    r = run(["forget", "--session", "doesnotexist", *args], home)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (
+        "error: no session sessions/doesnotexist.jsonl: nothing is indexed under it and there is no transcript "
+        f"doesnotexist.jsonl in {sessions} (list the sessions with `ls {sessions}`); pass --force to record a "
+        "tombstone for it anyway\n")
+    r = run(["index", *args, "--json"], home)
+    assert json.loads(r.stdout)["forgotten"] == 0  # no tombstone was written
+    r = run(["forget", "--session", "doesnotexist", "--force", *args], home)
+    assert (r.returncode, r.stdout) == (0, ("Forgot sessions/doesnotexist.jsonl: nothing was indexed under it; "
+                                            "a tombstone was recorded, so later syncs never index it\n"))

@@ -448,6 +448,12 @@ class IndexWriter:
             conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = 'sessions'", (path,))
         return n
 
+    def is_indexed(self, path: str, source: str) -> bool:
+        row = self._c().execute(
+            "SELECT 1 FROM memory_index_sources WHERE source = ? AND path = ?", (source, path)
+        ).fetchone()
+        return row is not None
+
     def forgotten_paths(self) -> list[tuple[str, str, int]]:
         return [tuple(r) for r in self._c().execute(
             "SELECT source, path, forgotten_at FROM memory_index_forgotten ORDER BY source, path"
