@@ -121,7 +121,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
         mode = "full rebuild" if summary.full else "incremental"
         print(f"Indexed {core.workspace} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
         print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
-              f" removed {summary.removed}, unchanged {summary.unchanged}")
+              f" removed {summary.removed}, unchanged {summary.unchanged}"
+              + (f", forgotten {summary.forgotten}" if summary.forgotten else ""))
         for p in summary.problems[:20]:
             print(f"  skipped {p['path']}: {p['message']}", file=sys.stderr)
         if len(summary.problems) > 20:

@@ -18,7 +18,7 @@ from typing import Any
 import apsw
 
 from memory_core.config import MemoryCoreConfig, identity_mismatch, index_identity, load_config
-from memory_core.errors import IndexPaused, MemoryCoreError, WorkspaceError
+from memory_core.errors import IndexPaused, MemoryCoreError, ReferenceNotFound, WorkspaceError
 from memory_core.indexer import (
     IndexSummary,
     ProgressFn,
@@ -298,10 +298,12 @@ class MemoryCore:
         return summary
 
     # ------------------------------------------------------------------ forget
-    def forget_session(self, key: str) -> int:
+    def forget_session(self, key: str, *, force: bool = False) -> int:
         """Tombstone a session transcript (``sessions/<file>.jsonl`` or its basename) and drop its rows.
 
-        A memory file is refused (:class:`ForgetRefused`): its entries are removed by editing the file."""
+        A memory file is refused (:class:`ForgetRefused`): its entries are removed by editing the file.
+        A key that names nothing indexed, no tombstone and no transcript on disk is most likely a
+        typo: :class:`ReferenceNotFound`, and no tombstone, unless ``force`` (forget it in advance)."""
         from memory_core.forget_cli import session_index_path
 
         session_index_path(key)  # raises ForgetRefused for memory files, InvalidRequest for an empty key
@@ -311,7 +313,16 @@ class MemoryCore:
             base += ".jsonl"
         path = f"sessions/{base}"
         with self._lock:
-            removed = self.writer.forget_session(path)
+            writer = self.writer
+            if not force and not writer.is_indexed(path, "sessions") and not writer.is_forgotten(path):
+                sessions_dir = resolve_sessions_dir(self.config, self.workspace)
+                if not os.path.lexists(os.path.join(sessions_dir, base)):
+                    raise ReferenceNotFound(
+                        f"no session {path}: nothing is indexed under it and there is no transcript {base} in "
+                        f"{sessions_dir} (list the sessions with `ls {sessions_dir}`); pass --force to record "
+                        "a tombstone for it anyway"
+                    )
+            removed = writer.forget_session(path)
         fresh = self.__dict__.get("_freshness")
         if fresh is not None:
             fresh.forget_path(path)  # stop tracking the transcript's appends

@@ -41,6 +41,10 @@ class SourceReadError(MemoryCoreError):
 
     code = "source_unreadable"
 
+    def __init__(self, message: str, *, code: str | None = None, stat: tuple[float, int] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.stat = stat  # (mtime_ms, size) of the file as it was refused, when known
+
 
 class IndexPaused(MemoryCoreError):
     """The index identity no longer matches the configuration; run `memory-core index --force`."""

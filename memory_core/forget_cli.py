@@ -3,7 +3,9 @@
 
 Forgetting removes a session transcript's chunks and derived rows and leaves a tombstone, so a
 later sync never publishes that transcript again (spec §1.4, §8.5). Memory files are refused:
-their entries come from the file, so the way to forget them is to edit or delete the file.
+their entries come from the file, so the way to forget them is to edit or delete the file. A key
+that matches nothing (not indexed, not tombstoned, no transcript on disk) is refused as a likely
+typo; ``--force`` records the tombstone anyway, to forget a session before it is indexed.
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ def session_index_path(key: str) -> str:
     return f"sessions/{base}"
 
 
-def forget_session(core: Any, key: str) -> dict[str, Any]:
-    """Forget one session through ``core``; returns ``{path, chunksRemoved, forgotten: True}``."""
+def forget_session(core: Any, key: str, *, force: bool = False) -> dict[str, Any]:
+    """Forget one session through ``core``; returns ``{path, chunksRemoved, forgotten: True}``.
+
+    Raises :class:`ReferenceNotFound` for a key that matches nothing (see ``MemoryCore.forget_session``)
+    unless ``force``."""
     path = session_index_path(key)
-    removed = core.forget_session(path)
+    removed = core.forget_session(path, force=force)
     return {"path": path, "chunksRemoved": int(removed), "forgotten": True}
 
 
@@ -53,14 +58,17 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 
     core = open_core(args)
     try:
-        out = forget_session(core, args.session)
+        out = forget_session(core, args.session, force=args.force)
     finally:
         core.close()
     if args.json:
         print_json(out)
-    else:
+    elif out["chunksRemoved"]:
         print(f"Forgot {out['path']}: {out['chunksRemoved']} chunk(s) removed; "
               "a tombstone keeps later syncs from indexing it again")
+    else:
+        print(f"Forgot {out['path']}: nothing was indexed under it; "
+              "a tombstone was recorded, so later syncs never index it")
     return 0
 
 
@@ -104,6 +112,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--session", required=True, metavar="KEY",
                    help="session key, transcript file name (abc.jsonl) or indexed path (sessions/abc.jsonl)")
+    p.add_argument("--force", action="store_true",
+                   help="record the tombstone even when nothing is indexed under KEY and no transcript exists "
+                        "(forget a session before it is written)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_forget)
 

@@ -144,6 +144,7 @@ class Freshness:
         agent_id: str = "main",
         paused_fn: Callable[[], str | None] | None = None,
         forgotten_fn: Callable[[], Iterable[str]] | None = None,
+        skipped_fn: IndexedFn | None = None,
         action_command: str = "memory-core index",
         on_dirty: Callable[[bool], None] | None = None,
     ) -> None:
@@ -155,6 +156,7 @@ class Freshness:
         self._list_fn = list_fn
         self._paused_fn = paused_fn
         self._forgotten_fn = forgotten_fn
+        self._skipped_fn = skipped_fn
         self._action_command = action_command
         self._on_dirty = on_dirty
 
@@ -220,6 +222,10 @@ class Freshness:
             return [_abs_for(rel, source, workspace, sessions_dir)
                     for source, rel in _read_index_rows(core.db_path, "forgotten")]
 
+        def skipped_fn() -> dict[str, tuple[float | None, int | None]]:
+            return {_abs_for(rel, source, workspace, sessions_dir): (mtime, size)
+                    for source, rel, mtime, size in _read_index_rows(core.db_path, "skipped")}
+
         def sync_fn(paths: Sequence[str] | None, reason: str, force: bool) -> Any:
             rel = None if paths is None else sorted({_rel_for(p, workspace, sessions_dir) for p in paths})
             return core.sync(reason=reason, force=force, paths=rel)
@@ -243,6 +249,7 @@ class Freshness:
             agent_id=core.agent_id,
             paused_fn=paused_fn,
             forgotten_fn=forgotten_fn,
+            skipped_fn=skipped_fn,
             action_command=f"memory-core index --agent {core.agent_id}",
             on_dirty=lambda dirty: setattr(core, "dirty", dirty),
         )
@@ -448,9 +455,10 @@ class Freshness:
         """Stat the indexed sources and list the watched folders; mark what the watcher missed.
 
         Returns the paths found changed (absolute; ``"*"`` when the listing changed shape).
-        Memory files are compared by size and mtime against the indexed row (or against the stat
-        recorded after a sync that covered them, so unindexable or forgotten files do not stay
-        dirty). Transcripts with ``sessions_by_delta`` go through the delta thresholds instead.
+        Memory files are compared by size and mtime against the indexed row, against the stat
+        recorded after a sync that covered them in this process, or against the stat a sync
+        skipped them under (recorded in the index), so unindexable or forgotten files do not stay
+        dirty. Transcripts with ``sessions_by_delta`` go through the delta thresholds instead.
         """
         self._last_reconcile = time.monotonic()
         self.last_reconcile_at = time.time()
@@ -458,6 +466,7 @@ class Freshness:
             indexed = self._indexed_fn()
             memory, sessions = self._list_fn()
             forgotten = set(self._forgotten_fn()) if self._forgotten_fn else set()
+            skipped = self._skipped_fn() if self._skipped_fn else {}
         except Exception as exc:  # noqa: BLE001 - a failed listing must never prune, only mark dirty
             log.warning("memory reconcile failed: %s", exc)
             self._mark(None, "reconcile-failed")
@@ -481,6 +490,8 @@ class Freshness:
             row = indexed.get(path)
             if row is not None and stat_matches(row, st):
                 continue
+            if path in skipped and stat_matches(skipped[path], st):
+                continue  # the last sync that read it skipped it as it is now: a problem, not a change
             if path in session_set and sessions_by_delta and not is_session_archive(path):
                 with self._cond:
                     d = self._sessions.get(path)
@@ -736,7 +747,8 @@ class Freshness:
                 self._cond.notify_all()
         if not self._bootstrapped:
             try:
-                indexed = self._indexed_fn()
+                # A file a sync skipped shows the index was built, even when nothing could be indexed.
+                indexed = self._indexed_fn() or (self._skipped_fn() if self._skipped_fn else {})
             except Exception:  # noqa: BLE001
                 indexed = {}
             if not indexed:
@@ -880,8 +892,9 @@ def register(subparsers: Any, common: Any) -> None:
 
 
 def _read_index_rows(db_path: str, what: str) -> list[tuple]:
-    """Source rows (source, path, mtime, size) or tombstones (source, path) through a short-lived
-    read-only connection: never the writer's, which a full reindex closes and swaps."""
+    """Source rows or skipped files (source, path, mtime, size), or tombstones (source, path),
+    through a short-lived read-only connection: never the writer's, which a full reindex closes
+    and swaps."""
     if not os.path.exists(db_path):
         return []
     import apsw
@@ -892,6 +905,8 @@ def _read_index_rows(db_path: str, what: str) -> list[tuple]:
     try:
         if what == "sources":
             return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_sources"))
+        if what == "skipped":
+            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_skipped"))
         return list(conn.execute("SELECT source, path FROM memory_index_forgotten"))
     except apsw.SQLError:
         return []  # schema not created yet

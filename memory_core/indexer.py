@@ -120,15 +120,16 @@ def scan_paths(cfg: Any, workspace: str, wanted: set[str]) -> ScanResult:
             result.ok = False
             result.problems.extend(listing.errors)
         _add_wanted(result, wanted, ((src.relative_source_path(workspace, path), workspace, path)
-                                     for path in listing.files), src.build_file_entry)
+                                     for path in listing.files), src.build_file_entry, "memory")
     if "sessions" in cfg.sources:
         sessions_dir = resolve_sessions_dir(cfg, workspace)
         _add_wanted(result, wanted, ((f"sessions/{os.path.basename(path)}", sessions_dir, path)
-                                     for path in src.list_session_files(sessions_dir)), src.build_session_entry)
+                                     for path in src.list_session_files(sessions_dir)), src.build_session_entry,
+                    "sessions")
     return result
 
 
-def _add_wanted(result: Any, wanted: Any, candidates: Any, build: Any) -> None:
+def _add_wanted(result: Any, wanted: Any, candidates: Any, build: Any, source: str) -> None:
     """Build the entries of the ``(rel, root, abs_path)`` candidates whose ``rel`` is wanted; a file
     that cannot be read becomes a problem, a vanished one is skipped."""
     from memory_core import sources as src
@@ -139,7 +140,7 @@ def _add_wanted(result: Any, wanted: Any, candidates: Any, build: Any) -> None:
         try:
             entry = build(root, path)
         except src.SourceReadError as exc:
-            result.problems.append(src.SourceProblem(rel, exc.code, exc.message))
+            result.problems.append(src.skipped_problem(rel, source, path, exc))
             continue
         if entry is not None:
             result.entries.append(entry)
@@ -194,10 +195,17 @@ def run_sync(
     wanted = None if paths is None else {p.replace(os.sep, "/") for p in paths}
     max_input = int(getattr(provider, "max_input_bytes", 0) or 0) if provider is not None else DEFAULT_MAX_INPUT_BYTES
 
+    # A tombstoned session is neither added nor prepared: it is counted as forgotten (the writer
+    # still refuses its publication, for a forget that lands while this sync runs).
+    forgotten = {(source, path) for source, path, _ in writer.forgotten_paths()}
+
     todo: list[SourceEntry] = []
     restat: list[tuple[str, str, str, float, int]] = []  # same content, new mtime/size
     for e in result.entries:
         if wanted is not None and e.path not in wanted:
+            continue
+        if (e.source, e.path) in forgotten:
+            summary.forgotten += 1
             continue
         old = before.get(e.source, {}).get(e.path)
         if old is None:
@@ -215,6 +223,8 @@ def run_sync(
     # From here on only the identities of the scanned entries are needed; each content lives in
     # ``todo`` until it is chunked, so a large transcript's text is not held while publishing (H8).
     scanned = [(e.source, e.path) for e in result.entries]
+    skipped = [(p.source, p.path, p.stat[0], p.stat[1], p.code) for p in result.problems
+               if p.stat is not None and (wanted is None or p.path in wanted)]
     result = ScanResult(ok=result.ok, entries=[], problems=result.problems)
     e = None  # the loop variable must not keep the last content alive either
 
@@ -310,6 +320,16 @@ def run_sync(
 
     if restat:  # same content under a new mtime/size (touched, checked out again): record the stat
         writer.refresh_source_stats(restat)
+    # What this sync skipped, and under which stat: freshness treats such a file as current until it
+    # changes again (otherwise every search would find it "dirty"). Only what the scan covered is
+    # replaced: everything after a complete listing, the wanted paths of a targeted sync.
+    if wanted is None and result.ok:
+        covered = None
+    else:
+        covered = {(source, path) for source, path in scanned} | {(s_, p_) for s_, p_, *_ in skipped}
+        if wanted is not None:
+            covered |= {(source, path) for source in cfg.sources for path in wanted}
+    writer.record_skipped(skipped, covered=covered)
 
     counts = writer.counts()
     summary.files = counts["files"]

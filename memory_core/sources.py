@@ -48,6 +48,7 @@ __all__ = [
     "build_file_entry",
     "build_session_entry",
     "scan_sources",
+    "skipped_problem",
     "is_memory_path",
     "relative_source_path",
 ]
@@ -68,6 +69,23 @@ def stat_matches(indexed: tuple[float | None, int | None], current: tuple[float,
     return size is not None or mtime is not None
 
 
+def _stat_pair(st: os.stat_result) -> tuple[float, int]:
+    return (st.st_mtime_ns / 1e6, st.st_size)
+
+
+def skipped_problem(path: str, source: str, abs_path: str, exc: SourceReadError) -> SourceProblem:
+    """The problem for a file that :func:`build_file_entry`/:func:`build_session_entry` refused,
+    with the stat it was read under (or, when it could not even be opened, its stat now)."""
+    st = exc.stat
+    if st is None:
+        try:
+            raw = os.stat(abs_path)
+        except OSError:
+            raw = None
+        st = None if raw is None else _stat_pair(raw)
+    return SourceProblem(path, exc.code, exc.message, source, st)
+
+
 @dataclass(frozen=True)
 class SourceEntry:
     """One source file as indexed: path, stat, content sha256 and the text to chunk."""
@@ -86,11 +104,17 @@ class SourceEntry:
 
 @dataclass
 class SourceProblem:
-    """A file that was skipped (or partly read), with a stable code and what to do about it."""
+    """A file that was skipped (or partly read), with a stable code and what to do about it.
+
+    ``stat`` is the ``(mtime_ms, size)`` the file had when it was skipped (None for a problem that
+    is not a skipped file), so freshness can tell "unchanged since skipped" from "changed again".
+    """
 
     path: str
     code: str  # unreadable | invalid_utf8 | binary | too_large | malformed_jsonl | enumeration_failed
     message: str
+    source: str = "memory"
+    stat: tuple[float, int] | None = None
 
 
 @dataclass
@@ -320,7 +344,7 @@ def _read_bytes(abs_path: str, display: str) -> tuple[bytes, os.stat_result] | N
             raise SourceReadError(
                 f"{display!r} is {st.st_size} bytes, over the {MAX_FILE_BYTES} byte limit for memory "
                 "files; split it into smaller files; the file is skipped",
-                code="too_large",
+                code="too_large", stat=_stat_pair(st),
             )
         chunks = []
         while True:
@@ -332,7 +356,7 @@ def _read_bytes(abs_path: str, display: str) -> tuple[bytes, os.stat_result] | N
                 raise SourceReadError(
                     f"{display!r} grew over the {MAX_FILE_BYTES} byte limit while being read; "
                     "split it into smaller files; the file is skipped",
-                    code="too_large",
+                    code="too_large", stat=_stat_pair(st),
                 )
         return b"".join(chunks), st
     except SourceReadError:
@@ -357,7 +381,7 @@ def build_file_entry(workspace: str, abs_path: str) -> SourceEntry | None:
         raise SourceReadError(
             f"{rel!r} contains NUL bytes (offset {nul}), so it is binary, not Markdown; rename it "
             "away from .md or move it out of the memory folders; the file is skipped",
-            code="binary",
+            code="binary", stat=_stat_pair(st),
         )
     try:
         content = data.decode("utf-8")
@@ -366,7 +390,7 @@ def build_file_entry(workspace: str, abs_path: str) -> SourceEntry | None:
         raise SourceReadError(
             f"{rel!r} is not valid UTF-8 (byte offset {exc.start}, line {line}); re-save it as "
             "UTF-8; the file is skipped",
-            code="invalid_utf8",
+            code="invalid_utf8", stat=_stat_pair(st),
         ) from exc
     return SourceEntry(
         path=rel,
@@ -447,7 +471,7 @@ def scan_sources(
             try:
                 entry = build_file_entry(workspace, path)
             except SourceReadError as exc:
-                result.problems.append(SourceProblem(relative_source_path(workspace, path), exc.code, exc.message))
+                result.problems.append(skipped_problem(relative_source_path(workspace, path), "memory", path, exc))
                 continue
             if entry is not None:
                 result.entries.append(entry)
@@ -475,7 +499,7 @@ def scan_sources(
                 try:
                     entry = build_session_entry(sessions_dir, path)
                 except SourceReadError as exc:
-                    result.problems.append(SourceProblem(f"sessions/{os.path.basename(path)}", exc.code, exc.message))
+                    result.problems.append(skipped_problem(f"sessions/{os.path.basename(path)}", "sessions", path, exc))
                     continue
                 if entry is None:
                     continue

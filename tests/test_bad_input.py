@@ -174,3 +174,39 @@ def test_forced_rebuild_keeps_rows_of_a_file_it_cannot_read(workspace):
         s2 = core.sync()
         assert (s2.changed, s2.problems) == (1, [])
         assert core.writer.indexed_hashes("memory")["memory/a.md"] != ""
+
+
+def test_a_skipped_file_is_dirty_only_when_it_changed_since_the_sync_skipped_it(workspace):
+    # Every MemoryCore here stands for a new CLI process: nothing but the index carries over.
+    write(workspace, "MEMORY.md", "hello world\n")
+    write(workspace, "memory/bin.md", b"\xff\x00")
+    quiet = load_config(None, overrides={"sync": {"onSearch": False}})  # searches start no sync
+
+    def staleness() -> dict | None:
+        with MemoryCore(str(workspace), config=quiet) as core:
+            return core.before_search()
+
+    dirty = {"stale": True, "warning": "Memory index is dirty. Search results may be incomplete.",
+             "action": "Run: memory-core index --agent main"}
+    core, s = index(workspace)
+    core.close()
+    assert ([p["path"] for p in s.problems], staleness()) == (["memory/bin.md"], None)
+    write(workspace, "memory/bin.md", b"\xff\x00 still binary, changed")
+    assert (staleness(), staleness()) == (dirty, dirty)
+    core, _ = index(workspace)
+    core.close()
+    assert staleness() is None
+    write(workspace, "memory/bin.md", "now it is Markdown\n")
+    assert staleness() == dirty
+
+
+def test_a_file_that_turned_bad_and_kept_its_rows_is_not_dirty_after_the_sync(workspace):
+    write(workspace, "memory/a.md", "first version\n")
+    core, _ = index(workspace)
+    with core:
+        write(workspace, "memory/a.md", b"broken \xff\xfe bytes, longer than before")
+        assert core.freshness.reconcile() == [str(workspace / "memory" / "a.md")]
+        assert [p["code"] for p in core.sync().problems] == ["invalid_utf8"]
+    with MemoryCore(str(workspace), config=load_config(None)) as core:
+        assert core.freshness.reconcile() == []
+        assert texts(core) == {"memory/a.md": "first version\n"}

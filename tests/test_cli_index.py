@@ -119,3 +119,49 @@ def test_bench_index_small_run_writes_json(tmp_path):
     kw = result["results"]["keyword_only"]
     assert kw["files"] == 61 and kw["chunks"] > 0 and kw["mb_per_s"] > 0
     assert result["results"]["disk_read"]["files"] == 61
+
+
+def test_a_skipped_binary_md_does_not_make_every_search_warn(tmp_path, example_ws):
+    # The audit's reproduction: each command is a new process, so only the index can tell search
+    # that the last sync already skipped memory/bin.md exactly as it is now.
+    home = tmp_path / "home"
+    (example_ws / "memory" / "bin.md").write_bytes(b"\xff\x00")
+    ws = ["--workspace", str(example_ws)]
+    for force in ([], ["--force"]):
+        r = run(["index", *ws, *force], home)
+        assert r.returncode == 0 and "skipped memory/bin.md" in r.stderr, r.stderr
+        r = run(["search", "x", *ws], home)
+        assert (r.returncode, r.stderr) == (0, "")
+    assert "Dirty: no" in run(["status", *ws], home).stdout
+
+
+def test_index_counts_a_forgotten_session_as_forgotten_not_added(tmp_path, example_ws):
+    home = tmp_path / "home"
+    args = ["--workspace", str(example_ws), "--config", str(EXAMPLES / "memory-core.toml")]
+    assert run(["index", *args], home).returncode == 0
+    r = run(["forget", "--session", "0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11", *args], home)
+    assert r.stdout.startswith("Forgot sessions/0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11.jsonl: 1 chunk(s) removed;")
+    for _ in range(2):
+        r = run(["index", *args], home)
+        assert "  files 18, chunks 38; added 0, changed 0, removed 0, unchanged 18, forgotten 1\n" in r.stdout
+    s = json.loads(run(["index", *args, "--json"], home).stdout)
+    assert {k: s[k] for k in ("added", "unchanged", "forgotten", "skipped", "chunks_written")} == {
+        "added": 0, "unchanged": 18, "forgotten": 1, "skipped": 0, "chunks_written": 0}
+
+
+def test_forget_of_an_unknown_session_fails_and_writes_no_tombstone(tmp_path, example_ws):
+    home = tmp_path / "home"
+    args = ["--workspace", str(example_ws), "--config", str(EXAMPLES / "memory-core.toml")]
+    assert run(["index", *args], home).returncode == 0
+    sessions = example_ws / "sessions"
+    r = run(["forget", "--session", "doesnotexist", *args], home)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (
+        "error: no session sessions/doesnotexist.jsonl: nothing is indexed under it and there is no transcript "
+        f"doesnotexist.jsonl in {sessions} (list the sessions with `ls {sessions}`); pass --force to record a "
+        "tombstone for it anyway\n")
+    r = run(["index", *args, "--json"], home)
+    assert json.loads(r.stdout)["forgotten"] == 0  # no tombstone was written
+    r = run(["forget", "--session", "doesnotexist", "--force", *args], home)
+    assert (r.returncode, r.stdout) == (0, ("Forgot sessions/doesnotexist.jsonl: nothing was indexed under it; "
+                                            "a tombstone was recorded, so later syncs never index it\n"))

@@ -16,7 +16,7 @@ import pytest
 from memory_core.config import load_config
 from memory_core.core import MemoryCore
 from memory_core.embeddings import register_embedding_provider
-from memory_core.errors import IndexPaused
+from memory_core.errors import IndexPaused, ReferenceNotFound
 from memory_core.indexer import ScanFailed, run_sync
 from memory_core.sources import ScanResult, SourceProblem
 from memory_core.store.writer import LAST_SYNC_KEY
@@ -273,6 +273,31 @@ def test_full_reindex_keeps_forgotten_sessions_forgotten(tmp_path):
     assert [r[0] for r in ro.execute("SELECT path FROM memory_index_forgotten")] == [
         "sessions/0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11.jsonl"]
     ro.close()
+
+
+def test_a_forgotten_session_is_counted_as_forgotten_not_added(tmp_path):
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws)
+    with MemoryCore(str(ws), config=load_config(EXAMPLES / "memory-core.toml")) as core:
+        core.index()
+        assert core.forget_session("0a6c2f0e-4a8e-4f55-9d43-5f6c1b7d2e11") == 1
+        for force in (False, False, True):
+            s = core.index(force=force)
+            assert (s.full, s.added, s.changed, s.unchanged, s.forgotten, s.files) == (force, 0, 0, 18, 1, 18)
+
+
+def test_forgetting_a_session_that_matches_nothing_needs_force(tmp_path):
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws)
+    with MemoryCore(str(ws), config=load_config(EXAMPLES / "memory-core.toml")) as core:
+        core.index()
+        with pytest.raises(ReferenceNotFound, match=r"^no session sessions/typo\.jsonl: nothing is indexed"):
+            core.forget_session("typo")
+        assert core.writer.forgotten_paths() == []
+        (ws / "sessions" / "later.jsonl").write_text("")           # on disk, not indexed yet: allowed
+        assert (core.forget_session("later"), core.forget_session("typo", force=True)) == (0, 0)
+        assert core.forget_session("typo") == 0                    # already tombstoned: idempotent
+        assert [p for _, p, _ in core.writer.forgotten_paths()] == ["sessions/later.jsonl", "sessions/typo.jsonl"]
 
 
 def test_targeted_sync_reports_a_file_that_turned_binary_and_keeps_its_rows(workspace, state_home):

@@ -93,6 +93,18 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER IF NOT EXISTS memory_index_chunks_rev_ins AFTER INSERT ON memory_index_chunks
         BEGIN UPDATE memory_index_state SET revision = revision + 1 WHERE id = 1; END;
     """,
+    # 2: files the last sync covering them skipped (binary, not UTF-8, too large, unreadable), with
+    # the stat they were skipped under, so freshness does not see them as changed on every check
+    """
+    CREATE TABLE IF NOT EXISTS memory_index_skipped (
+        source TEXT NOT NULL,
+        path TEXT NOT NULL,
+        mtime REAL,
+        size INTEGER,
+        code TEXT NOT NULL,
+        PRIMARY KEY (source, path)
+    ) STRICT;
+    """,
 ]
 
 # FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in

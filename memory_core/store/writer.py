@@ -399,6 +399,28 @@ class IndexWriter:
         return updated
 
     @_serialized
+    def record_skipped(
+        self,
+        rows: Sequence[tuple[str, str, float, int, str]],
+        *,
+        covered: Iterable[tuple[str, str]] | None = None,
+    ) -> None:
+        """Record the files a sync skipped: ``rows`` of ``(source, path, mtime_ms, size, code)``.
+
+        Earlier records of the ``covered`` ``(source, path)`` pairs (None: every record) are dropped
+        first, so a file that became readable, or vanished, stops being listed as skipped."""
+        conn = self._c()
+        with conn:
+            if covered is None:
+                conn.execute("DELETE FROM memory_index_skipped")
+            else:
+                conn.executemany("DELETE FROM memory_index_skipped WHERE source = ? AND path = ?", list(covered))
+            conn.executemany(
+                "INSERT OR REPLACE INTO memory_index_skipped(source, path, mtime, size, code) VALUES (?,?,?,?,?)",
+                list(rows),
+            )
+
+    @_serialized
     def delete_if_current(self, path: str, source: str, expected_hash: str) -> bool:
         """Delete ``(path, source)`` only when its indexed hash still equals ``expected_hash``."""
         conn = self._c()
@@ -425,6 +447,12 @@ class IndexWriter:
             n = self._delete_rows(conn, path, "sessions")
             conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = 'sessions'", (path,))
         return n
+
+    def is_indexed(self, path: str, source: str) -> bool:
+        row = self._c().execute(
+            "SELECT 1 FROM memory_index_sources WHERE source = ? AND path = ?", (source, path)
+        ).fetchone()
+        return row is not None
 
     def forgotten_paths(self) -> list[tuple[str, str, int]]:
         return [tuple(r) for r in self._c().execute(
