@@ -367,6 +367,16 @@ class MemoryCore:
         return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
 
     # ------------------------------------------------------------------ status
+    def _dirty_for_status(self) -> bool:
+        """Whether the index is behind its files. Without a running watcher (a one-shot CLI
+        process) only a reconcile can tell: it stats the sources and marks what changed, without
+        starting a sync (transcripts are compared by stat here, not by the delta thresholds)."""
+        fresh = self.freshness
+        watcher = getattr(fresh, "watcher", None)
+        if os.path.exists(self.db_path) and not (watcher is not None and watcher.healthy()):
+            fresh.reconcile(sessions_by_delta=False, reason="status")
+        return bool(self.dirty) or fresh.is_dirty()
+
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets)."""
         cfg = self.config
@@ -396,7 +406,7 @@ class MemoryCore:
             },
             "cache": {"enabled": cfg.cache.enabled, "entries": 0, "max_entries": cfg.cache.max_entries},
             "revision": 0,
-            "dirty": bool(self.dirty),
+            "dirty": self._dirty_for_status(),
             "last_sync": None,
             "identity": None,
         }

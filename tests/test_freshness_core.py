@@ -216,6 +216,30 @@ def test_status_shows_dirty_pending_paths_and_the_watcher(served):
     assert (st["lastSyncError"], st["lastSyncAt"], st["syncCount"]) == (None, None, 0)  # nothing to sync yet
 
 
+def test_one_shot_status_notices_an_edit_without_a_watcher(tmp_path, monkeypatch, capsys):
+    """``memory-core status`` in a fresh process (no watcher, nothing in memory): an edit since
+    the last index is reported as dirty, and the next index clears it."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("first\n")
+    monkeypatch.setenv("MEMORY_CORE_HOME", str(tmp_path / "home"))
+    args = ["--workspace", str(ws), "--json"]
+
+    def dirty() -> bool:
+        assert cli_main(["status", *args]) == 0
+        return json.loads(capsys.readouterr().out)["dirty"]
+
+    assert cli_main(["index", *args]) == 0
+    capsys.readouterr()
+    assert dirty() is False
+    (ws / "memory" / "a.md").write_text("first, then edited\n")
+    assert dirty() is True
+    assert dirty() is True  # status does not sync
+    assert cli_main(["index", *args]) == 0
+    capsys.readouterr()
+    assert dirty() is False
+
+
 def test_a_paused_index_is_reported_stale(served, tmp_path):
     s = served()
     (s.ws / "MEMORY.md").write_text("alpha\n")
