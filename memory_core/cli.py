@@ -23,7 +23,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from memory_core.errors import ConfigError, InvalidRequest, MemoryCoreError, WorkspaceError
+from memory_core.errors import (
+    ConfigError,
+    InvalidRequest,
+    MemoryCoreError,
+    StateDirNotWritable,
+    WorkspaceError,
+)
 
 # Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
 COMMAND_MODULES = (
@@ -33,7 +39,9 @@ COMMAND_MODULES = (
     "memory_core.bench",  # bench and the benchmarks registered with it
 )
 
-USAGE_ERRORS = (ConfigError, WorkspaceError, InvalidRequest)
+# exit 2: the command line or the configuration must change (including a state dir that cannot
+# be written); exit 1: everything else (e.g. IndexCorrupt: run `memory-core index --force`)
+USAGE_ERRORS = (ConfigError, WorkspaceError, InvalidRequest, StateDirNotWritable)
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
@@ -118,6 +126,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary.to_json())
     else:
+        if summary.moved_aside:
+            print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
+                  "(with its -wal/-shm, if any) and rebuilt from scratch")
         mode = "full rebuild" if summary.full else "incremental"
         print(f"Indexed {core.workspace} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
         print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
@@ -144,7 +155,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     lines = [
         f"Agent: {st['agent']}",
         f"Workspace: {st['workspace']}",
-        f"Database: {st['db_path']}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}",
+        f"Database: {st['db_path']}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}"
+        + (f" (state dir not writable: {st['state_dir_problem']}; it can be searched, not updated)"
+           if st.get("state_dir_problem") else ""),
         f"Sources: {', '.join(st['sources'])}",
         f"Files: {st['files']}  Chunks: {st['chunks']}  "
         + "  ".join(f"{k}: {v}" for k, v in sorted(st["chunks_by_source"].items())),
@@ -172,7 +185,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         pc = st.get("provider_check") or {}
         lines.append("Embeddings: " + ("available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
         if "integrity" in st:
-            lines.append(f"Integrity: {st['integrity']}")
+            lines.append(f"Integrity: {st['integrity']}" + (
+                "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))
     print("\n".join(lines))
     return 0
 

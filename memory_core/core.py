@@ -7,6 +7,7 @@ first index, or an identity change on a CLI ``index`` run) builds a temp databas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -18,7 +19,14 @@ from typing import Any
 import apsw
 
 from memory_core.config import MemoryCoreConfig, identity_mismatch, index_identity, load_config
-from memory_core.errors import IndexPaused, MemoryCoreError, ReferenceNotFound, WorkspaceError
+from memory_core.errors import (
+    IndexCorrupt,
+    IndexPaused,
+    MemoryCoreError,
+    ReferenceNotFound,
+    WorkspaceError,
+    reason_of,
+)
 from memory_core.indexer import (
     IndexSummary,
     ProgressFn,
@@ -27,7 +35,8 @@ from memory_core.indexer import (
     run_sync,
 )
 from memory_core.store import schema
-from memory_core.store.reindex import atomic_reindex
+from memory_core.store.access import folder_problem, index_errors, not_writable
+from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
 
 _UNSET: Any = object()
@@ -69,6 +78,7 @@ class MemoryCore:
         self._lock = threading.RLock()  # guards writer access and the running-sync slot
         self._running: Future[IndexSummary] | None = None
         self._closed = False
+        self._readable_ident: tuple[int, int] | None = None  # the file check_readable last opened
 
     # ------------------------------------------------------------------ provider and writer
     @property
@@ -132,9 +142,13 @@ class MemoryCore:
             return self._writer.read_meta()
         if not os.path.exists(self.db_path):
             return None
-        conn = apsw.Connection(self.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        from host_facades.engine_knn import open_readonly
+
         try:
-            conn.set_busy_timeout(5000)
+            conn = open_readonly(self.db_path, load_vec=False)
+        except FileNotFoundError:
+            return None
+        try:
             row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (schema.META_KEY,)).fetchone()
         except apsw.SQLError:
             return None
@@ -148,7 +162,8 @@ class MemoryCore:
 
     def identity_state(self) -> dict[str, Any]:
         """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta."""
-        meta = self._read_meta()
+        with index_errors(self.db_path):
+            meta = self._read_meta()
         if meta is None:
             return {"state": "empty", "mismatch": []}
         diff = identity_mismatch(meta, self.expected_identity())
@@ -177,8 +192,12 @@ class MemoryCore:
 
     # ------------------------------------------------------------------ sync
     def index(self, *, force: bool = False, progress: ProgressFn | None = None) -> IndexSummary:
-        """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity change."""
-        return self._run_exclusive(reason="cli", force=force, paths=None, progress=progress, rebuild_on_mismatch=True)
+        """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity change.
+
+        ``force`` also repairs an index file that is not a readable database (:class:`IndexCorrupt`):
+        the file is moved aside (``IndexSummary.moved_aside``) and the index rebuilt from scratch."""
+        return self._run_exclusive(reason="cli", force=force, paths=None, progress=progress, rebuild_on_mismatch=True,
+                                   repair=force)
 
     def sync(
         self,
@@ -193,7 +212,7 @@ class MemoryCore:
         An identity mismatch raises IndexPaused unless ``force``; ``paths`` restricts to those files.
         """
         return self._run_exclusive(reason=reason, force=force, paths=paths, progress=progress,
-                                   rebuild_on_mismatch=False)
+                                   rebuild_on_mismatch=False, repair=False)
 
     def _run_exclusive(self, **kw: Any) -> IndexSummary:
         with self._lock:
@@ -205,7 +224,8 @@ class MemoryCore:
             return running.result()
         t0 = time.perf_counter()
         try:
-            result = self._do_sync(**kw)
+            with index_errors(self.db_path):
+                result = self._do_sync(**kw)
             result.seconds = time.perf_counter() - t0
         except BaseException as exc:
             fut.set_exception(exc)
@@ -220,8 +240,10 @@ class MemoryCore:
                 self._running = None
 
     def _do_sync(self, *, reason: str, force: bool, paths: Sequence[str] | None,
-                 progress: ProgressFn | None, rebuild_on_mismatch: bool) -> IndexSummary:
+                 progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
         provider = self.provider
+        if force and repair:  # a full rebuild that does not need the live index to be readable
+            return self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)
         writer = self.writer
         meta = writer.read_meta()
         expected = index_identity(self.config, provider)
@@ -247,7 +269,8 @@ class MemoryCore:
                 summary = run_sync(writer, self.config, self.workspace, provider, reason=reason,
                                    paths=paths, progress=progress)
             except BaseException as exc:
-                record_last_sync(writer, None, error=str(exc), reason=reason)
+                with contextlib.suppress(Exception):  # reporting must not mask the real error
+                    record_last_sync(writer, None, error=reason_of(exc), reason=reason)
                 raise
             dims = writer.vec_dims
             if dims is not None and meta.get("vectorDims") is None:
@@ -256,9 +279,20 @@ class MemoryCore:
             return summary
         return self._full_reindex(reason=reason, provider=provider, progress=progress)
 
-    def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None) -> IndexSummary:
-        live = self.writer
-        previous = {s: live.indexed_hashes(s) for s in self.config.sources}
+    def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None,
+                      repair: bool = False) -> IndexSummary:
+        moved_aside = None
+        try:
+            with index_errors(self.db_path):
+                if repair and self._writer is None:
+                    self._probe_readonly()  # before a read-write open touches the file or its -wal/-shm
+                live = self.writer
+                previous = {s: live.indexed_hashes(s) for s in self.config.sources}
+        except IndexCorrupt:
+            if not repair:
+                raise
+            moved_aside = self._set_aside_unreadable()
+            previous = {s: {} for s in self.config.sources}
 
         def build(temp: IndexWriter) -> IndexSummary:
             summary = run_sync(temp, self.config, self.workspace, provider, full=True, reason=reason,
@@ -290,12 +324,41 @@ class MemoryCore:
         except BaseException as exc:
             if self._writer is not None:
                 try:
-                    record_last_sync(self._writer, None, error=f"full reindex failed: {exc}", reason=reason)
+                    record_last_sync(self._writer, None, error=f"full reindex failed: {reason_of(exc)}",
+                                     reason=reason)
                 except Exception:  # noqa: BLE001 - reporting must not mask the real error
                     pass
             raise
         summary.revision = self.writer.revision
+        summary.moved_aside = moved_aside
         return summary
+
+    def _probe_readonly(self) -> None:
+        """Read what a rebuild reads from the live index (meta, source rows) on a read-only connection;
+        raises what reading an unreadable file raises."""
+        from host_facades.engine_knn import open_readonly
+
+        try:
+            conn = open_readonly(self.db_path, load_vec=False)
+        except FileNotFoundError:
+            return
+        try:
+            for sql in ("SELECT key, value FROM memory_index_meta", "SELECT path, source, hash FROM memory_index_sources"):
+                with contextlib.suppress(apsw.SQLError):  # a table not created yet
+                    for _row in conn.execute(sql):
+                        pass
+        finally:
+            conn.close()
+
+    def _set_aside_unreadable(self) -> str:
+        """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch."""
+        with self._lock:
+            self._close_writer()
+        engine = self.__dict__.get("_search_engine")
+        if engine is not None:
+            engine.close()  # its cached reader must not keep the old file open
+        with reindex_lock(self.db_path):
+            return set_aside(self.db_path)
 
     # ------------------------------------------------------------------ forget
     def forget_session(self, key: str, *, force: bool = False) -> int:
@@ -312,7 +375,7 @@ class MemoryCore:
         if not base.endswith(".jsonl") and ".jsonl." not in base:
             base += ".jsonl"
         path = f"sessions/{base}"
-        with self._lock:
+        with self._lock, index_errors(self.db_path):
             writer = self.writer
             if not force and not writer.is_indexed(path, "sessions") and not writer.is_forgotten(path):
                 sessions_dir = resolve_sessions_dir(self.config, self.workspace)
@@ -342,9 +405,34 @@ class MemoryCore:
 
     def before_search(self) -> dict[str, Any] | None:
         """Run before every search: cheap reconcile, bootstrap an empty index, background sync when
-        dirty. Returns (and keeps in ``last_staleness``) upstream's ``{stale, warning, action}`` or None."""
+        dirty. Returns (and keeps in ``last_staleness``) upstream's ``{stale, warning, action}`` or None.
+
+        An index file that cannot be read raises :class:`IndexCorrupt`/:class:`IndexUnreadable` first;
+        with no index yet and a state dir that cannot be written, :class:`StateDirNotWritable`."""
+        self.check_readable()
         self.last_staleness = self.freshness.before_search()
         return self.last_staleness
+
+    def check_readable(self) -> None:
+        """Raise the typed error when the index cannot be searched at all: the file is no readable
+        database, or there is none and none can be built (the state dir is not writable)."""
+        from host_facades.engine_knn import open_readonly
+        from memory_core.store.reader import file_ident
+
+        ident = file_ident(self.db_path)
+        if ident is None:
+            why = folder_problem(os.path.dirname(self.db_path))
+            if why is not None:
+                raise not_writable(self.db_path, why, lead="nothing is indexed yet (run `memory-core index`), but the ")
+            return
+        if ident == self._readable_ident:
+            return  # this file opened fine before (a damaged page found later still raises IndexCorrupt)
+        with index_errors(self.db_path):
+            try:
+                open_readonly(self.db_path, load_vec=False).close()
+            except FileNotFoundError:
+                return
+        self._readable_ident = ident
 
     # ------------------------------------------------------------------ search / get (H4, memory_core/search/)
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
@@ -353,18 +441,20 @@ class MemoryCore:
         """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the SearchEngine."""
         from memory_core.search.facade import core_search
 
-        if query.strip():
-            self.before_search()
-        return core_search(self, query, max_results=max_results, min_score=min_score, sources=sources,
-                           lexical_only=lexical_only, active_project_keys=active_project_keys,
-                           query_vector=query_vector)
+        with index_errors(self.db_path):
+            if query.strip():
+                self.before_search()
+            return core_search(self, query, max_results=max_results, min_score=min_score, sources=sources,
+                               lexical_only=lexical_only, active_project_keys=active_project_keys,
+                               query_vector=query_vector)
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
             max_chars: int | None = None) -> Any:
         """Read lines of an indexed memory file (spec §9.2); returns a ``ReadResult``."""
         from memory_core.search.facade import core_get
 
-        return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
+        with index_errors(self.db_path):
+            return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
 
     # ------------------------------------------------------------------ status
     def _dirty_for_status(self) -> bool:
@@ -374,11 +464,16 @@ class MemoryCore:
         fresh = self.freshness
         watcher = getattr(fresh, "watcher", None)
         if os.path.exists(self.db_path) and not (watcher is not None and watcher.healthy()):
-            fresh.reconcile(sessions_by_delta=False, reason="status")
+            fresh.reconcile(sessions_by_delta=False, reason="status", strict=True)
         return bool(self.dirty) or fresh.is_dirty()
 
     def status(self, *, deep: bool = False) -> dict[str, Any]:
-        """Index facts for ``memory-core status`` (no secrets)."""
+        """Index facts for ``memory-core status`` (no secrets); :class:`IndexCorrupt` when the file
+        is not a readable database."""
+        with index_errors(self.db_path):
+            return self._status(deep=deep)
+
+    def _status(self, *, deep: bool) -> dict[str, Any]:
         cfg = self.config
         out: dict[str, Any] = {
             "agent": self.agent_id,
@@ -409,6 +504,7 @@ class MemoryCore:
             "dirty": self._dirty_for_status(),
             "last_sync": None,
             "identity": None,
+            "state_dir_problem": folder_problem(os.path.dirname(self.db_path)),
         }
         if out["db_exists"]:
             out["db_bytes"] = os.path.getsize(self.db_path)
@@ -428,11 +524,15 @@ class MemoryCore:
         return out
 
     def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
+        from host_facades.engine_knn import CORRUPT_ERRORS, open_readonly
         from host_facades.sqlite_ext import load_sqlite_vec
 
-        conn = apsw.Connection(self.db_path, flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            conn.set_busy_timeout(5000)
+            conn = open_readonly(self.db_path, load_vec=False)
+        except FileNotFoundError:
+            out["db_exists"] = False
+            return
+        try:
             conn.execute("BEGIN")
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if "memory_index_sources" not in tables:
@@ -470,6 +570,8 @@ class MemoryCore:
                 out["semantic_chunks"] = int(conn.execute(
                     "SELECT count(*) FROM memory_index_chunks WHERE model != ?", (FTS_ONLY_MODEL,)).fetchone()[0])
             conn.execute("COMMIT")
+        except CORRUPT_ERRORS:
+            raise  # IndexCorrupt (status runs under index_errors)
         except apsw.Error as exc:
             out["error"] = f"cannot read {self.db_path}: {exc}"
         finally:

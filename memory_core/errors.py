@@ -52,6 +52,24 @@ class IndexPaused(MemoryCoreError):
     code = "index_paused"
 
 
+class IndexUnreadable(MemoryCoreError):
+    """The index file exists but cannot be opened for reading; the message says why."""
+
+    code = "index_unreadable"
+
+
+class IndexCorrupt(IndexUnreadable):
+    """The index file is not a readable SQLite database; `memory-core index --force` sets it aside and rebuilds."""
+
+    code = "index_corrupt"
+
+
+class StateDirNotWritable(MemoryCoreError):
+    """The folder that holds the index cannot be written; set MEMORY_CORE_HOME or stateDir elsewhere."""
+
+    code = "state_dir_not_writable"
+
+
 class IndexBusy(MemoryCoreError):
     """Another process holds the reindex lock for this agent."""
 
@@ -147,6 +165,16 @@ class Aborted(MemoryCoreError):
     """The caller's abort signal fired before the operation finished."""
 
     code = "aborted"
+
+
+def reason_of(exc: BaseException) -> str:
+    """A non-empty one-line reason for ``exc`` (what a failed sync records): its message, or its
+    class name when the message is empty; an interrupt says so."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (KeyboardInterrupt)"
+    text = exc.message if isinstance(exc, MemoryCoreError) else str(exc)
+    return text.strip() or type(exc).__name__
+
 
 _BY_NAME: dict[str, type[MemoryCoreError]] = {}
 

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from memory_core.errors import ForgetRefused, InvalidRequest
+from memory_core.errors import ForgetRefused, IndexUnreadable, InvalidRequest, StateDirNotWritable
 
 
 def session_index_path(key: str) -> str:
@@ -78,6 +78,11 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from memory_core.freshness import Freshness, FreshnessSettings
 
     core = open_core(args)
+    try:
+        _ = core.writer  # fail now, with the one-line error, on a read-only state dir or an unreadable index
+    except BaseException:
+        core.close()
+        raise
     overrides = {}
     if args.debounce_ms is not None:
         overrides["watch_debounce_ms"] = args.debounce_ms
@@ -96,6 +101,8 @@ def _cmd_watch(args: argparse.Namespace) -> int:
                 state = "ok" if entry["ok"] else f"failed: {fresh.last_sync_error}"
                 print(f"sync ({entry['reason']}, {scope}) {entry['ms']:.0f} ms {state}", file=sys.stderr)
             seen = len(log)
+            if isinstance(fresh.last_sync_exception, (StateDirNotWritable, IndexUnreadable)):
+                raise fresh.last_sync_exception  # retrying cannot help: stop with its one-line error
     except KeyboardInterrupt:
         pass
     finally:

@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_core.errors import IndexUnreadable, reason_of
 from memory_core.sources import stat_matches
 from memory_core.watcher import (
     KIND_MEMORY,
@@ -187,6 +188,7 @@ class Freshness:
         self.last_sync_reason: str | None = None
         self.last_sync_error: str | None = None
         self.last_sync_error_at: float | None = None
+        self.last_sync_exception: BaseException | None = None  # what the last sync raised (None: it worked)
         self.last_full_sync_at: float | None = None       # monotonic
         self.last_full_sync_wall: float | None = None
         self.sync_count = 0
@@ -199,6 +201,7 @@ class Freshness:
     def for_core(cls, core: Any, settings: FreshnessSettings | None = None) -> Freshness:
         """A scheduler over a :class:`memory_core.core.MemoryCore` (its sync, writer and sources)."""
         from memory_core import sources as src
+        from memory_core.store.access import index_errors
 
         config = core.config
         workspace = os.path.abspath(core.workspace)
@@ -214,17 +217,22 @@ class Freshness:
 
         def indexed_fn() -> dict[str, tuple[float | None, int | None]]:
             out: dict[str, tuple[float | None, int | None]] = {}
-            for source, rel, mtime, size in _read_index_rows(core.db_path, "sources"):
+            with index_errors(core.db_path):
+                rows = _read_index_rows(core.db_path, "sources")
+            for source, rel, mtime, size in rows:
                 out[_abs_for(rel, source, workspace, sessions_dir)] = (mtime, size)
             return out
 
         def forgotten_fn() -> list[str]:
-            return [_abs_for(rel, source, workspace, sessions_dir)
-                    for source, rel in _read_index_rows(core.db_path, "forgotten")]
+            with index_errors(core.db_path):
+                rows = _read_index_rows(core.db_path, "forgotten")
+            return [_abs_for(rel, source, workspace, sessions_dir) for source, rel in rows]
 
         def skipped_fn() -> dict[str, tuple[float | None, int | None]]:
+            with index_errors(core.db_path):
+                rows = _read_index_rows(core.db_path, "skipped")
             return {_abs_for(rel, source, workspace, sessions_dir): (mtime, size)
-                    for source, rel, mtime, size in _read_index_rows(core.db_path, "skipped")}
+                    for source, rel, mtime, size in rows}
 
         def sync_fn(paths: Sequence[str] | None, reason: str, force: bool) -> Any:
             rel = None if paths is None else sorted({_rel_for(p, workspace, sessions_dir) for p in paths})
@@ -451,7 +459,7 @@ class Freshness:
 
     # ------------------------------------------------------------------ cheap reconcile
 
-    def reconcile(self, *, sessions_by_delta: bool = True, reason: str = "reconcile") -> list[str]:
+    def reconcile(self, *, sessions_by_delta: bool = True, reason: str = "reconcile", strict: bool = False) -> list[str]:
         """Stat the indexed sources and list the watched folders; mark what the watcher missed.
 
         Returns the paths found changed (absolute; ``"*"`` when the listing changed shape).
@@ -459,6 +467,7 @@ class Freshness:
         recorded after a sync that covered them in this process, or against the stat a sync
         skipped them under (recorded in the index), so unindexable or forgotten files do not stay
         dirty. Transcripts with ``sessions_by_delta`` go through the delta thresholds instead.
+        ``strict``: an index file that cannot be read raises (:class:`IndexUnreadable`) instead.
         """
         self._last_reconcile = time.monotonic()
         self.last_reconcile_at = time.time()
@@ -467,7 +476,9 @@ class Freshness:
             memory, sessions = self._list_fn()
             forgotten = set(self._forgotten_fn()) if self._forgotten_fn else set()
             skipped = self._skipped_fn() if self._skipped_fn else {}
-        except Exception as exc:  # noqa: BLE001 - a failed listing must never prune, only mark dirty
+        except Exception as exc:  # a failed listing must never prune, only mark dirty
+            if strict and isinstance(exc, IndexUnreadable):
+                raise
             log.warning("memory reconcile failed: %s", exc)
             self._mark(None, "reconcile-failed")
             return ["*"]
@@ -667,6 +678,7 @@ class Freshness:
                 self.last_sync_reason = reason
                 self.last_sync_error = None
                 self.last_sync_error_at = None
+                self.last_sync_exception = None
                 self._retry_delay = self.settings.retry_backoff_s[0]
                 if job.paths is None:
                     self.last_full_sync_at = job.started_at
@@ -685,7 +697,8 @@ class Freshness:
                             d.offset = max(d.offset, st[1])
                 self._bootstrapped = True
             else:
-                self.last_sync_error = f"{type(error).__name__}: {error}" if not str(error) else str(error)
+                self.last_sync_error = reason_of(error)
+                self.last_sync_exception = error
                 self.last_sync_error_at = time.time()
                 # Whatever this sync was publishing is still behind: keep it dirty and retry later.
                 self._dirty_paths |= job.known_changed
@@ -736,7 +749,8 @@ class Freshness:
         healthy = self.watcher is not None and self.watcher.healthy() and not restarted
         if not healthy:
             # No watcher (or it just died): only a reconcile can tell whether this answer is stale.
-            self.reconcile(sessions_by_delta=True)
+            # An unreadable index file is this search's error, not something a sync can fix.
+            self.reconcile(sessions_by_delta=True, strict=True)
         elif time.monotonic() - self._last_reconcile >= self.settings.reconcile_min_interval_s:
             # The watcher is up: re-check for missed events in the background, at most once per
             # interval, so searches do not pay for a listing.
@@ -749,6 +763,8 @@ class Freshness:
             try:
                 # A file a sync skipped shows the index was built, even when nothing could be indexed.
                 indexed = self._indexed_fn() or (self._skipped_fn() if self._skipped_fn else {})
+            except IndexUnreadable:
+                raise
             except Exception:  # noqa: BLE001
                 indexed = {}
             if not indexed:
@@ -756,6 +772,8 @@ class Freshness:
                 if memory or sessions:
                     try:
                         self.request_sync(None, reason="search", force=True).result()
+                    except IndexUnreadable:
+                        raise
                     except Exception as exc:  # noqa: BLE001 - recorded in last_sync_error; reported as stale
                         log.warning("bootstrap sync failed: %s", exc)
             self._bootstrapped = True

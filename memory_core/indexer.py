@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from host_facades.engine_indexing import PreparedChunk, prepare_chunks
+from host_facades.engine_knn import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
 from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
@@ -61,6 +62,8 @@ class IndexSummary:
     scan_ok: bool = True
     problems: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
+    # a forced rebuild found the index file unreadable: where the old file was moved (kept, not deleted)
+    moved_aside: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -251,8 +254,8 @@ def run_sync(
             try:
                 status = writer.replace_source(entry, chunks, vecs, model)
             except Exception as exc:
-                if full or isinstance(exc, MemoryCoreError):
-                    raise
+                if full or isinstance(exc, (MemoryCoreError, *CORRUPT_ERRORS)):
+                    raise  # a damaged index file fails the run (IndexCorrupt), it is no file's problem
                 summary.failed += 1
                 problems.append({"path": entry.path, "code": "publish_failed",
                                  "message": f"could not store {entry.path}: {exc}; its previous rows were kept"})

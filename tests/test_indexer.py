@@ -97,7 +97,7 @@ def test_incremental_sync_detects_added_changed_removed(workspace):
         assert sorted(s3.to_json()) == sorted([
             "files", "chunks", "added", "changed", "removed", "unchanged", "skipped", "forgotten", "failed",
             "chunks_written", "bytes", "seconds", "revision", "full", "reason", "provider", "model", "scan_ok",
-            "problems", "error"])
+            "problems", "error", "moved_aside"])
 
 
 def test_example_workspace_indexes_sessions_and_annotations(tmp_path):

@@ -462,6 +462,8 @@ class WorkerPool:
             for slot in slots:
                 if slot.state == "idle" and slot.request_fd is not None:
                     self._send_exit(slot)
+                elif slot.state == "busy":
+                    self._kill(slot)  # its task was failed above: nothing waits for the rest of it
                 slot.state = "retiring"
             self._closed = True
             self._wake()

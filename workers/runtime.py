@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 
 FRAME_HEADER = struct.Struct("!QB")
@@ -167,7 +168,11 @@ def _error(code: str, message: str) -> tuple[bool, dict]:
 
 def worker_main(requests, replies, pool_name: str) -> None:
     """Serve tasks from the ``requests`` pipe one at a time until EOF or ``("exit",)``; answer
-    each on its reply channel (``replies``: the write ends, one per channel)."""
+    each on its reply channel (``replies``: the write ends, one per channel).
+
+    Workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and it is the
+    owner's to handle (it ends the pool); a worker must not die of it mid-task with a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_threads()
     from workers import tasks
 

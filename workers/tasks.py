@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from host_facades import engine_knn, shared_vectors
-from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot
+from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot, unreadable
 from host_facades.vectors import decode_vector
 
 MAX_CACHED_READERS = 8
@@ -117,6 +117,14 @@ def spin(payload: dict, ctx: WorkerContext) -> int:
     return sum(i * i for i in range(n))
 
 
+def _unreadable_as_task_error(db_path: str, exc: BaseException) -> None:
+    """An index file SQLite cannot read crosses the boundary as its typed error's code (the owner
+    raises IndexCorrupt / IndexUnreadable), not as a generic task failure."""
+    err = unreadable(db_path, exc)
+    if err is not None:
+        raise TaskError(err.code, err.message) from None
+
+
 @task("fail")
 def fail(payload: dict, ctx: WorkerContext) -> None:
     code = payload.get("code")
@@ -161,16 +169,20 @@ def index_state(payload: dict, ctx: WorkerContext) -> dict:
     db_path = payload["db_path"]
     if not os.path.exists(db_path):
         return {"exists": False, "db_id": None, "revision": 0, "chunks": 0, "vectors": 0}
-    conn = open_readonly(db_path, load_vec=False)
     try:
-        with read_snapshot(conn) as revision:
-            chunks, vectors = conn.execute(
-                "SELECT count(*), count(*) FILTER (WHERE length(embedding) > 0) FROM memory_index_chunks"
-            ).fetchone()
-        return {"exists": True, "db_id": db_identity(db_path), "revision": revision,
-                "chunks": int(chunks), "vectors": int(vectors)}
-    finally:
-        conn.close()
+        conn = open_readonly(db_path, load_vec=False)
+        try:
+            with read_snapshot(conn) as revision:
+                chunks, vectors = conn.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE length(embedding) > 0) FROM memory_index_chunks"
+                ).fetchone()
+            return {"exists": True, "db_id": db_identity(db_path), "revision": revision,
+                    "chunks": int(chunks), "vectors": int(vectors)}
+        finally:
+            conn.close()
+    except Exception as exc:
+        _unreadable_as_task_error(db_path, exc)
+        raise
 
 
 METADATA_SQL = (
@@ -310,7 +322,11 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
         return {"revision": 0, "db_id": None, "missing": True, "results": [[] for _ in ops], "metadata": {}}
     for _attempt in range(3):
         before = db_identity(db_path)
-        conn = ctx.reader(db_path, before)
+        try:
+            conn = ctx.reader(db_path, before)
+        except Exception as exc:
+            _unreadable_as_task_error(db_path, exc)
+            raise
         try:
             swapped = False
             with read_snapshot(conn) as revision:
@@ -326,8 +342,9 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
                 ctx.drop_reader(db_path)
                 continue
             return {"revision": revision, "db_id": after, "results": results, "metadata": metadata}
-        except BaseException:
+        except BaseException as exc:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
+            _unreadable_as_task_error(db_path, exc)
             raise
     raise TaskError("unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
 

@@ -31,6 +31,7 @@ from host_facades.vectors import encode_vector
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
 from memory_core.search import ranking
 from memory_core.search.types import Candidate, SearchHit, hit_from_row
+from memory_core.store.access import index_errors
 from memory_core.store.reader import CachedReader
 
 MAX_CANDIDATES = 200
@@ -291,11 +292,13 @@ class SearchEngine:
         active_project_keys: Sequence[str] | None = None,
         query_vector: Sequence[float] | None = None,
     ) -> list[SearchHit]:
-        """Search the index; ``[]`` for an empty query (spec §6.1)."""
-        return self._search(
-            query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-            active_project_keys=active_project_keys, query_vector=query_vector, details=False,
-        ).hits
+        """Search the index; ``[]`` for an empty query (spec §6.1). An index file that is not a
+        readable database raises :class:`~memory_core.errors.IndexCorrupt`."""
+        with index_errors(self.db_path):
+            return self._search(
+                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
+                active_project_keys=active_project_keys, query_vector=query_vector, details=False,
+            ).hits
 
     def explain(self, query: str, **kwargs: Any) -> dict[str, Any]:
         """The FTS query and SQL, candidates per retriever and the score parts of every candidate."""
@@ -339,10 +342,11 @@ class SearchEngine:
         query_vector: Sequence[float] | None = None,
     ) -> SearchDetails:
         """Hits plus the retriever candidates and score parts (``explain``)."""
-        return self._search(
-            query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-            active_project_keys=active_project_keys, query_vector=query_vector, details=True,
-        )
+        with index_errors(self.db_path):
+            return self._search(
+                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
+                active_project_keys=active_project_keys, query_vector=query_vector, details=True,
+            )
 
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  active_project_keys: Sequence[str] | None, details: bool) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import apsw
 from memory_core.read_file import ReadResult, read_memory_file
 from memory_core.search.engine import SearchEngine
 from memory_core.search.types import SearchHit
+from memory_core.store.access import index_errors
 
 
 def engine_for(core: Any) -> SearchEngine:
@@ -54,11 +55,16 @@ def close_engine(core: Any) -> None:
 
 
 def _is_indexed_session(db_path: str, rel_path: str) -> bool:
+    from host_facades.engine_knn import open_readonly
+
     if not os.path.exists(db_path):
         return False
-    conn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    with index_errors(db_path):
+        try:
+            conn = open_readonly(db_path, load_vec=False)
+        except FileNotFoundError:
+            return False
     try:
-        conn.set_busy_timeout(5000)
         row = conn.execute("SELECT 1 FROM memory_index_sources WHERE path = ? AND source = 'sessions'",
                            (rel_path,)).fetchone()
         return row is not None

@@ -16,6 +16,7 @@ import apsw
 
 from host_facades.engine_knn import open_readonly
 from memory_core.errors import IndexBusy
+from memory_core.store.access import index_errors
 
 
 def file_ident(path: str) -> tuple[int, int] | None:
@@ -67,9 +68,9 @@ class CachedReader:
         return self.conn
 
     def run(self, fn: Callable[[apsw.Connection], Any]) -> Any:
-        """``fn(conn)`` under this reader's lock; FileNotFoundError when the index was never built.
-        A handle that raised is closed, never reused."""
-        with self._lock:
+        """``fn(conn)`` under this reader's lock; FileNotFoundError when the index was never built,
+        IndexCorrupt when the file is not a readable database. A handle that raised is closed, never reused."""
+        with self._lock, index_errors(self.db_path):
             conn = self.get()
             if conn is None:
                 raise FileNotFoundError(f"memory index database not found: {self.db_path}; run `memory-core index`")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from memory_core.errors import IndexBusy
+from memory_core.store.access import ensure_writable_dir
 from memory_core.store.writer import IndexWriter
 
 T = TypeVar("T")
@@ -38,8 +39,7 @@ def reindex_lock(db_path: str) -> Iterator[None]:
     An advisory ``flock``: the kernel releases it when the holder dies, so a killed run never
     leaves a stale lock behind.
     """
-    parent = os.path.dirname(os.path.abspath(db_path))
-    os.makedirs(parent, exist_ok=True)
+    ensure_writable_dir(db_path)
     fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -103,6 +103,25 @@ def remove_db_files(path: str) -> None:
     for suffix in ("", *_SIDECARS):
         with contextlib.suppress(OSError):
             _remove(path + suffix)
+
+
+def set_aside(db_path: str, *, now: float | None = None) -> str:
+    """Rename an unreadable index and its sidecars to ``<db>.corrupt-<UTC time>`` (+ ``-wal``,
+    ``-shm``, ``-journal``): kept for inspection and never swept. Returns the new path of the file.
+
+    The sidecars go first: a database created later at ``db_path`` must never meet (and replay)
+    the old file's write-ahead log or journal. The caller holds the reindex lock."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    target, n = f"{db_path}.corrupt-{stamp}", 1
+    while any(os.path.lexists(target + suffix) for suffix in ("", *_SIDECARS)):
+        n += 1
+        target = f"{db_path}.corrupt-{stamp}-{n}"
+    for suffix in (*_SIDECARS, ""):
+        if os.path.lexists(db_path + suffix):
+            _rename(db_path + suffix, target + suffix)
+    with contextlib.suppress(OSError):
+        _fsync_path(os.path.dirname(db_path) or ".")
+    return target
 
 
 def sweep_temp_files(db_path: str, *, max_age_s: float = TEMP_MAX_AGE_S, now: float | None = None) -> list[str]:

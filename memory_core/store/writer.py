@@ -20,9 +20,11 @@ import apsw
 import numpy as np
 
 from host_facades.engine_indexing import chunk_id
+from host_facades.engine_knn import open_readonly
 from host_facades.sqlite_ext import load_sqlite_vec
 from host_facades.vectors import decode_vector, encode_vector
 from memory_core.store import schema
+from memory_core.store.access import ensure_writable_dir, index_errors
 
 FTS_ONLY_MODEL = "fts-only"
 LAST_SYNC_KEY = "memory_index_last_sync_v1"
@@ -83,22 +85,32 @@ class IndexWriter:
 
     # ------------------------------------------------------------------ connection
     def _open(self) -> None:
-        parent = os.path.dirname(self.db_path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        conn = apsw.Connection(self.db_path)
-        schema.configure_connection(conn)
-        if not self.durable:  # a throw-away build file: fsynced once before it is swapped in
-            conn.execute("PRAGMA synchronous=OFF")
-        schema.migrate(conn)
-        self.fts_available, self.fts_error = schema.ensure_fts(conn, self.fts_tokenizer)
-        # sqlite-vec is also loaded when vectors are off but a vec0 table exists, so deletes can keep
-        # it in step (a keyword-only session must not leave orphaned vector rows behind)
-        if self.vector_enabled or schema.vec_table_dims(conn) is not None:
-            ok, version, error = load_sqlite_vec(conn, self.extension_path)
-            self.vector_available, self.vector_version, self.vector_error = ok, version, error
-        else:
-            self.vector_available, self.vector_version, self.vector_error = False, None, None
+        """Open (or create) the file; :class:`StateDirNotWritable` when its folder cannot be written,
+        :class:`IndexCorrupt` when the file is not a readable database."""
+        ensure_writable_dir(self.db_path)
+        with index_errors(self.db_path):
+            if os.path.exists(self.db_path):
+                # read the header without write access first: a read-write open of a file that is no
+                # database may already remove its -wal/-shm, which `index --force` keeps with it
+                with contextlib.suppress(FileNotFoundError):
+                    open_readonly(self.db_path, load_vec=False).close()
+            conn = apsw.Connection(self.db_path)
+            try:
+                schema.configure_connection(conn)
+                if not self.durable:  # a throw-away build file: fsynced once before it is swapped in
+                    conn.execute("PRAGMA synchronous=OFF")
+                schema.migrate(conn)
+                self.fts_available, self.fts_error = schema.ensure_fts(conn, self.fts_tokenizer)
+                # sqlite-vec is also loaded when vectors are off but a vec0 table exists, so deletes can
+                # keep it in step (a keyword-only session must not leave orphaned vector rows behind)
+                if self.vector_enabled or schema.vec_table_dims(conn) is not None:
+                    ok, version, error = load_sqlite_vec(conn, self.extension_path)
+                    self.vector_available, self.vector_version, self.vector_error = ok, version, error
+                else:
+                    self.vector_available, self.vector_version, self.vector_error = False, None, None
+            except BaseException:
+                conn.close()
+                raise
         self.conn = conn
         self._inode = self._file_identity()
 

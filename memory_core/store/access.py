@@ -1,0 +1,81 @@
+"""The index file and its folder as typed errors, instead of apsw tracebacks.
+
+A file SQLite cannot read as a database (garbage, a text file, damaged pages) is
+:class:`IndexCorrupt`; a file that cannot be opened read-only for another reason is
+:class:`IndexUnreadable`; a folder where the index cannot be created or updated is
+:class:`StateDirNotWritable`. The writer checks its folder before it opens the file, and the
+owner's read and write paths run under :func:`index_errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import apsw
+
+from host_facades.engine_knn import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
+from memory_core.errors import IndexCorrupt, IndexUnreadable, StateDirNotWritable
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why the index cannot be written in ``folder`` (``"read-only file system"``, ``"permission
+    denied"``), or None when it can; a missing folder is judged by the nearest existing parent."""
+    existing = os.path.abspath(folder)
+    while not os.path.isdir(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(existing).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    return "permission denied"
+
+
+def not_writable(db_path: str, why: str, *, lead: str = "") -> StateDirNotWritable:
+    """The error for a state dir that cannot be written; ``lead`` goes in front of the message."""
+    folder = os.path.dirname(os.path.abspath(db_path))
+    return StateDirNotWritable(
+        f"{lead}state dir {folder} is not writable ({why}), so the index {os.path.basename(db_path)} cannot be "
+        "created or updated there; make it writable, or set MEMORY_CORE_HOME or stateDir (or store.path) "
+        "to a writable folder"
+    )
+
+
+def ensure_writable_dir(db_path: str) -> None:
+    """Create the folder of ``db_path`` if needed; :class:`StateDirNotWritable` when it cannot be
+    written (the writer needs it for the file, its -wal/-shm and the rebuild's temp file)."""
+    folder = os.path.dirname(os.path.abspath(db_path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise not_writable(db_path, (exc.strerror or str(exc)).lower()) from exc
+    why = folder_problem(folder)
+    if why is not None:
+        raise not_writable(db_path, why)
+
+
+def typed(err: DatabaseUnreadable) -> IndexUnreadable:
+    """The memory_core error for a read failure reported by ``host_facades``."""
+    return IndexCorrupt(err.message) if err.code == IndexCorrupt.code else IndexUnreadable(err.message)
+
+
+@contextlib.contextmanager
+def index_errors(db_path: str) -> Iterator[None]:
+    """Turn SQLite's "not a database"/"malformed" and a failed open in an unwritable folder, raised
+    while using ``db_path``, into :class:`IndexCorrupt` / :class:`StateDirNotWritable`."""
+    try:
+        yield
+    except (DatabaseUnreadable, *CORRUPT_ERRORS) as exc:
+        err = unreadable(db_path, exc)
+        assert err is not None
+        raise typed(err) from exc
+    except (apsw.CantOpenError, apsw.ReadOnlyError) as exc:
+        why = folder_problem(os.path.dirname(os.path.abspath(db_path)))
+        if why is None:
+            raise
+        raise not_writable(db_path, why) from exc
