@@ -14,9 +14,9 @@ The database is written straight into the schema: ``--chunks`` random L2-normali
 and QPS (2 clients per worker), and the ratios the issue targets: pool overhead per query
 (p50 pooled - p50 in-process, target <= 1 ms), QPS(2 workers) / QPS(1 worker) (target >= 1.7) and
 pooled vector p50 / raw single-thread faiss p50 (target <= 1.3). Next to the 2-over-1 worker
-ratio it measures the machine's own ceiling for each search: the same in-process search in 1 vs
-2 independent processes at once (``independent_qps``); a vector scan that is memory-bandwidth
-bound cannot scale further through any pool.
+ratio it measures the machine's own ceiling for each search: the workers' own search code, on the
+same shared vector state, in 1 vs 2 independent processes at once (``independent_qps``); a
+vector scan that is memory-bandwidth bound cannot scale further through any pool.
 """
 
 from __future__ import annotations
@@ -224,16 +224,20 @@ def workload(dims: int) -> tuple[list[str], np.ndarray, dict[str, tuple[Any, Cal
 
 
 def solo_main(argv: list[str]) -> int:
-    """A child of :func:`independent_qps`: the in-process search ``KIND`` on ``DB`` in a loop.
+    """A child of :func:`independent_qps`: the search ``KIND`` on ``DB`` in a loop, run by the
+    workers' own task code in this process (``InlinePool``, as ``pool.workers = 0``), so it maps
+    the same shared vector state files the pool's workers map: the pool's work without the pool.
 
     Prints ``ready`` once warm, then answers each ``run SECONDS`` line on stdin with the queries
     per second of a loop of that length; ``exit`` (or end of input) ends it."""
     from memory_core.search.engine import SearchEngine
+    from workers.pool import InlinePool
+    from workers.retriever import PooledRetriever
 
     db, dims, kind = argv[0], int(argv[1]), argv[2]
     _, _, kinds = workload(dims)
     config, call = kinds[kind]
-    engine = SearchEngine(config, db, None)
+    engine = SearchEngine(config, db, None, retriever=PooledRetriever(db, InlinePool()))
     for i in range(20):  # builds the derived vector state, warms the page cache
         call(engine, i)
     print("ready", flush=True)
@@ -247,9 +251,10 @@ def solo_main(argv: list[str]) -> int:
 
 
 def independent_qps(db: str, dims: int, kind: str, seconds: float, rounds: int) -> dict[int, float]:
-    """Queries per second of the in-process search ``kind`` in 1 and in 2 independent processes
-    at once (no pool, no owner): the scaling this machine allows for that search (shared
-    caches, memory bandwidth), measured in alternating rounds; medians."""
+    """Queries per second of the search ``kind`` in 1 and in 2 independent processes at once, each
+    running the workers' task code itself (no pool, no owner; :func:`solo_main`): the scaling this
+    machine allows for that search (shared caches, memory bandwidth), measured in alternating
+    rounds; medians."""
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -431,7 +436,7 @@ def format_table(out: dict[str, Any]) -> str:
             lines.append(f"{kind:<8} {'CPU us/query 1 / 2 w.':<22} "
                          + "   ".join(f"owner {c[p]['owner']:.0f} workers {c[p]['workers']:.0f}" for p in ("pool_1", "pool_2")))
     lines.append(f"pool ping round trip p50 {out['ping']['p50_ms']:.3f} ms")
-    lines.append("* the same search in-process in 1 vs 2 independent processes (no pool): the machine's ceiling")
+    lines.append("* the workers' search code in 1 vs 2 independent processes (no pool, no owner): the machine's ceiling")
     for target, value in out["targets"].items():
         lines.append(f"target {target}: {value}")
     return "\n".join(lines)
