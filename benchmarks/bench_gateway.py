@@ -187,8 +187,8 @@ def run_bench(*, files: int = 200, samples: int = 300, seconds: float = 5.0, cli
 
 
 def table(r: dict[str, Any]) -> str:
-    lines = [f"gateway benchmark: {r['files']} files, {r['chunks']} chunks, {r['cpu_count']} CPUs "
-             f"(indexed in {r['index_s']} s)",
+    lines = [(f"gateway benchmark: {r['files']} files, {r['chunks']} chunks, {r['cpu_count']} CPUs "
+              f"(indexed in {r['index_s']} s)"),
              f"{'path':<22}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}"]
     for key, label in (("in_process", "in-process search"), ("gateway_v1", "gateway v1"),
                        ("gateway_v2", "gateway v2"), ("round_trip", "protocol round trip")):

@@ -26,7 +26,7 @@ def bench(name: str, out: str, tmp_path: Path) -> tuple[subprocess.CompletedProc
     env = {**os.environ, "TMPDIR": str(tmp), "MEMORY_CORE_HOME": str(tmp_path / "home"),
            "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", "memory_core", "bench", name, *SMALL[name], "--json", out],
-                       capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+                       capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
     return r, tmp
 
 

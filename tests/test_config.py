@@ -151,8 +151,8 @@ def test_sessions_source_needs_experimental_session_memory():
     assert on.sources == ["sessions", "memory"]
     assert load_config(env={}, overrides={"sources": []}).sources == ["memory"]
     off = load_config(env={}, overrides={"sources": ["memory", "sessions"]})
-    assert off.notices == ['sources: "sessions" is ignored: session transcripts are indexed only with '
-                           "experimental.sessionMemory = true"]
+    assert off.notices == [('sources: "sessions" is ignored: session transcripts are indexed only with '
+                            "experimental.sessionMemory = true")]
     assert on.notices == [] and off.for_agent("ops").notices == off.notices
     per_agent = load_config(env={}, overrides={"sources": ["memory", "sessions"],
                                                "agents": {"ops": {"experimental": {"sessionMemory": True}}}})
