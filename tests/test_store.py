@@ -324,3 +324,39 @@ def test_keyword_only_writer_still_maintains_an_existing_vec_table(tmp_path):
     assert w.forget_session("sessions/s.jsonl") == 1
     assert int(w.conn.execute("SELECT count(*) FROM memory_index_chunks_vec").fetchone()[0]) == 0
     w.close()
+
+
+def test_two_processes_syncing_the_same_index_wait_for_each_other(tmp_path):
+    """A watcher's sync next to `memory-core index`: two processes publish the same 800 edited
+    files at once. Each source transaction takes the write lock up front (BEGIN IMMEDIATE), so
+    they wait for each other; a deferred one failed hundreds of files with "database is locked"."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(800):
+        (ws / "memory" / f"n{i:04d}.md").write_text(f"# note {i}\n\nfact {i} about topic {i % 37}\n")
+    env = {**os.environ, "MEMORY_CORE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "memory_core", "index", "--workspace", str(ws), "--json"]
+    assert subprocess.run(cmd, env=env, capture_output=True, timeout=120, check=False).returncode == 0
+    for i in range(800):
+        with open(ws / "memory" / f"n{i:04d}.md", "a", encoding="utf-8") as fh:
+            fh.write("edited\n")
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        summary = json.loads(out)
+        assert (summary["failed"], summary["problems"]) == (0, []), summary["problems"][:3]
+    conn = apsw.Connection(str(tmp_path / "home" / "main.sqlite"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        edited = conn.execute("SELECT count(DISTINCT path) FROM memory_index_chunks WHERE text LIKE '%edited%'")
+        assert edited.fetchone()[0] == 800
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()

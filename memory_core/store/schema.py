@@ -7,6 +7,9 @@ configured tokenizer and the ``vec0`` table on the embedding dimensions, so they
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import apsw
 
 META_KEY = "memory_index_meta_v1"
@@ -145,15 +148,41 @@ def configure_connection(conn: apsw.Connection, *, busy_timeout_ms: int = 5000) 
     conn.execute("PRAGMA foreign_keys=ON")
 
 
+@contextlib.contextmanager
+def write_tx(conn: apsw.Connection) -> Iterator[None]:
+    """One write transaction on a writer connection.
+
+    At the top level it is ``BEGIN IMMEDIATE``: the write lock is taken before the first read, so
+    a writer in another process (a watcher's sync next to `memory-core index`) makes it wait up to
+    the busy timeout. A deferred transaction that reads first fails at once with "database is
+    locked" when it tries to write. Inside an open transaction (``IndexWriter.bulk``) it is a
+    savepoint, so a failing unit still rolls back alone.
+    """
+    if not conn.get_autocommit():
+        with conn:
+            yield
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(apsw.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def migrate(conn: apsw.Connection) -> int:
-    """Apply pending numbered migrations; returns the schema version now in force."""
+    """Apply pending numbered migrations; returns the schema version now in force. Each step
+    re-reads the version under the write lock: another process may have applied it meanwhile."""
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     for number, sql in enumerate(MIGRATIONS, start=1):
         if number <= version:
             continue
-        with conn:
-            conn.execute(sql)
-            conn.execute(f"PRAGMA user_version={number}")
+        with write_tx(conn):
+            if int(conn.execute("PRAGMA user_version").fetchone()[0]) < number:
+                conn.execute(sql)
+                conn.execute(f"PRAGMA user_version={number}")
         version = number
     return version
 
@@ -176,8 +205,8 @@ def ensure_fts(conn: apsw.Connection, tokenizer: str = "unicode61") -> tuple[boo
     if tokenizer not in FTS_TOKENIZERS:
         return False, f"unknown FTS tokenizer {tokenizer!r}; use 'unicode61' or 'trigram'"
     try:
-        current = fts_tokenizer_in_db(conn)
-        with conn:
+        with write_tx(conn):  # read under the write lock: two first opens must not both refill
+            current = fts_tokenizer_in_db(conn)
             if current is not None and current != tokenizer:
                 drop_fts(conn)
                 current = None
@@ -224,7 +253,7 @@ def ensure_vec_table(conn: apsw.Connection, dims: int) -> None:
     current = vec_table_dims(conn)
     if current == dims:
         return
-    with conn:
+    with write_tx(conn):
         if current is not None:
             conn.execute("DROP TABLE IF EXISTS memory_index_chunks_vec")
         conn.execute(

@@ -159,7 +159,7 @@ class IndexWriter:
         """
         with self._wlock:
             conn = self._c()
-            conn.execute("BEGIN")
+            conn.execute("BEGIN IMMEDIATE")
             self._bulk = [0, max(1, every)]
             try:
                 yield
@@ -177,7 +177,7 @@ class IndexWriter:
         self._bulk[0] += 1
         if self._bulk[0] >= self._bulk[1]:
             self.conn.execute("COMMIT")
-            self.conn.execute("BEGIN")
+            self.conn.execute("BEGIN IMMEDIATE")
             self._bulk[0] = 0
 
     # ------------------------------------------------------------------ facts
@@ -242,7 +242,7 @@ class IndexWriter:
     @_serialized
     def set_meta_value(self, key: str, value: str | None) -> None:
         conn = self._c()
-        with conn:
+        with schema.write_tx(conn):
             if value is None:
                 conn.execute("DELETE FROM memory_index_meta WHERE key = ?", (key,))
             else:
@@ -311,7 +311,7 @@ class IndexWriter:
                 vec_rows.append((cid, blob))
         dims = int(embeddings.shape[1]) if embeddings is not None and embeddings.size else None
 
-        with conn:
+        with schema.write_tx(conn):
             if source == "sessions" and self.is_forgotten(path, source):
                 return "forgotten"
             self._delete_rows(conn, path, source)
@@ -386,7 +386,7 @@ class IndexWriter:
     def delete_source(self, path: str, source: str) -> int:
         """Delete every row of ``(path, source)``; returns the number of chunks removed."""
         conn = self._c()
-        with conn:
+        with schema.write_tx(conn):
             n = self._delete_rows(conn, path, source)
             conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = ?", (path, source))
         return n
@@ -401,7 +401,7 @@ class IndexWriter:
             return 0
         conn = self._c()
         updated = 0
-        with conn:
+        with schema.write_tx(conn):
             for path, source, h, mtime, size in rows:
                 conn.execute(
                     "UPDATE memory_index_sources SET mtime = ?, size = ? WHERE path = ? AND source = ? AND hash = ?",
@@ -422,7 +422,7 @@ class IndexWriter:
         Earlier records of the ``covered`` ``(source, path)`` pairs (None: every record) are dropped
         first, so a file that became readable, or vanished, stops being listed as skipped."""
         conn = self._c()
-        with conn:
+        with schema.write_tx(conn):
             if covered is None:
                 conn.execute("DELETE FROM memory_index_skipped")
             else:
@@ -436,7 +436,7 @@ class IndexWriter:
     def delete_if_current(self, path: str, source: str, expected_hash: str) -> bool:
         """Delete ``(path, source)`` only when its indexed hash still equals ``expected_hash``."""
         conn = self._c()
-        with conn:
+        with schema.write_tx(conn):
             row = conn.execute(
                 "SELECT hash FROM memory_index_sources WHERE path = ? AND source = ?", (path, source)
             ).fetchone()
@@ -450,7 +450,7 @@ class IndexWriter:
     def forget_session(self, path: str) -> int:
         """Tombstone a session transcript and delete its rows; returns the number of chunks removed."""
         conn = self._c()
-        with conn:
+        with schema.write_tx(conn):
             conn.execute(
                 "INSERT INTO memory_index_forgotten(source, path, forgotten_at) VALUES ('sessions', ?, ?)"
                 " ON CONFLICT(source, path) DO UPDATE SET forgotten_at = excluded.forgotten_at",
@@ -503,7 +503,7 @@ class IndexWriter:
             v = np.asarray(vec, dtype=np.float32).reshape(-1)
             rows.append((provider, model, provider_key, h, encode_vector(v), int(v.size), now))
         conn = self._c()
-        with conn:
+        with schema.write_tx(conn):
             conn.executemany(
                 "INSERT INTO memory_embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at)"
                 " VALUES (?,?,?,?,?,?,?) ON CONFLICT(provider, model, provider_key, hash) DO UPDATE SET"
@@ -523,7 +523,7 @@ class IndexWriter:
         excess = count - int(limit)
         if excess <= 0:
             return 0
-        with conn:
+        with schema.write_tx(conn):
             conn.execute(
                 "DELETE FROM memory_embedding_cache WHERE rowid IN (SELECT rowid FROM memory_embedding_cache"
                 " ORDER BY updated_at ASC, rowid ASC LIMIT ?)",
@@ -554,7 +554,7 @@ class IndexWriter:
             names = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "memory_index_forgotten" in names:
                 rows = list(src.execute("SELECT source, path, forgotten_at FROM memory_index_forgotten"))
-                with conn:
+                with schema.write_tx(conn):
                     conn.executemany(
                         "INSERT OR IGNORE INTO memory_index_forgotten(source, path, forgotten_at) VALUES (?,?,?)", rows
                     )
@@ -570,7 +570,7 @@ class IndexWriter:
                             break
                     if not rows:
                         break
-                    with conn:
+                    with schema.write_tx(conn):
                         conn.executemany(
                             "INSERT OR IGNORE INTO memory_embedding_cache(provider, model, provider_key, hash,"
                             " embedding, dims, updated_at) VALUES (?,?,?,?,?,?,?)",
@@ -616,7 +616,7 @@ class IndexWriter:
         finally:
             src.close()
         conn = self._c()
-        with conn:
+        with schema.write_tx(conn):
             self._delete_rows(conn, path, source)
             conn.executemany(
                 "INSERT INTO memory_index_chunks(id, path, source, start_line, end_line, hash, model, text,"
