@@ -49,11 +49,12 @@ class MemoryCore:
         self,
         workspace: str | None = None,
         *,
-        agent_id: str = "main",
+        agent_id: str | None = None,
         config: MemoryCoreConfig | None = None,
         config_path: str | None = None,
         embedding_provider: Any = _UNSET,
     ) -> None:
+        # agent_id None: the configuration's agentId (default "main"); a given one wins over it
         cfg = config if config is not None else load_config(config_path)
         if agent_id and agent_id != cfg.agent_id:
             cfg = cfg.for_agent(agent_id)
@@ -100,11 +101,14 @@ class MemoryCore:
             "cache_max_entries": cfg.cache.max_entries,
         }
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MemoryCoreError("this MemoryCore is closed; open a new one (MemoryCore(...)) to use the index")
+
     @property
     def writer(self) -> IndexWriter:
         with self._lock:
-            if self._closed:
-                raise MemoryCoreError("this MemoryCore is closed")
+            self._check_open()
             if self._writer is None:
                 self._writer = IndexWriter(self.db_path, **self._writer_options())
             return self._writer
@@ -441,8 +445,9 @@ class MemoryCore:
         """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the SearchEngine."""
         from memory_core.search.facade import core_search
 
+        self._check_open()
         with index_errors(self.db_path):
-            if query.strip():
+            if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
                 self.before_search()
             return core_search(self, query, max_results=max_results, min_score=min_score, sources=sources,
                                lexical_only=lexical_only, active_project_keys=active_project_keys,
@@ -453,6 +458,7 @@ class MemoryCore:
         """Read lines of an indexed memory file (spec §9.2); returns a ``ReadResult``."""
         from memory_core.search.facade import core_get
 
+        self._check_open()
         with index_errors(self.db_path):
             return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
 
@@ -470,6 +476,7 @@ class MemoryCore:
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets); :class:`IndexCorrupt` when the file
         is not a readable database."""
+        self._check_open()
         with index_errors(self.db_path):
             return self._status(deep=deep)
 

@@ -100,6 +100,17 @@ def test_incremental_sync_detects_added_changed_removed(workspace):
             "problems", "error", "moved_aside"])
 
 
+def test_the_readme_example_uses_the_example_agent(tmp_path, monkeypatch):
+    """README's Python example: the config's agentId ("example") decides the index file, so trying
+    it leaves the "main" agent's index alone; an explicit agent_id still wins."""
+    monkeypatch.setenv("MEMORY_CORE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(EXAMPLES.parent)
+    with MemoryCore("examples/workspace", config_path="examples/memory-core.toml") as core:
+        assert (core.agent_id, core.db_path) == ("example", str(tmp_path / "home" / "example.sqlite"))
+    with MemoryCore("examples/workspace", config_path="examples/memory-core.toml", agent_id="ops") as core:
+        assert core.agent_id == "ops"
+
+
 def test_example_workspace_indexes_sessions_and_annotations(tmp_path):
     ws = tmp_path / "ws"
     shutil.copytree(EXAMPLES / "workspace", ws)

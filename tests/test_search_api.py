@@ -10,7 +10,7 @@ import pytest
 from memory_core.cli import main
 from memory_core.config import MemoryCoreConfig
 from memory_core.core import MemoryCore
-from memory_core.errors import InvalidRequest, ReferenceNotFound
+from memory_core.errors import InvalidRequest, MemoryCoreError, ReferenceNotFound
 from memory_core.read_file import build_read_result
 
 
@@ -209,3 +209,17 @@ def test_search_requests_share_no_mutable_parts(tmp_path):
     assert set(c) == {"query", "sources", "candidates", "model", "backend", "or_fallback", "want_keyword", "ranking",
                       "max_results", "min_score", "details", "qvec"}
     engine.close()
+
+
+def test_odd_queries_get_typed_answers_and_a_closed_core_refuses(ws, state_home):
+    with _core(ws, state_home) as core:
+        core.index()
+        # a lone surrogate (undecodable argv bytes) is replaced, not sent to SQLite
+        assert [h.path for h in core.search("Falcon \ud800")] == [h.path for h in core.search("Falcon")]
+        assert core.search("\udcff") == []
+        for bad in (None, 123, b"Falcon"):
+            with pytest.raises(InvalidRequest, match="query must be a string"):
+                core.search(bad)  # type: ignore[arg-type]
+    for call in (lambda: core.search("Falcon"), lambda: core.get("MEMORY.md"), core.status, core.index):
+        with pytest.raises(MemoryCoreError, match="this MemoryCore is closed"):
+            call()

@@ -394,6 +394,10 @@ class SearchEngine:
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
         q = query.strip()
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (e.g. undecodable bytes from argv): SQLite takes UTF-8
+            q = q.encode("utf-8", "replace").decode("utf-8")
         mr, ms = self._validate_numbers(max_results, min_score)
         srcs = self._sources(sources)
         if not q:
