@@ -34,6 +34,7 @@ from memory_core.provider.runtime import (
     CAPABILITIES,
     DEGRADED_EMBEDDING,
     EMBEDDING_FAILED,
+    PAUSED_INDEX,
     UNAVAILABLE_STORE,
     MemoryCoreProviderRuntime,
 )
@@ -464,6 +465,36 @@ def test_acceptance_25_health_hygiene_and_degradation(near_far: MemoryCoreConfig
     health = run(broken())
     assert (health["status"], health["message"]) == ("unavailable", UNAVAILABLE_STORE)
     assert "sqlite" not in json.dumps(health).lower().replace("memory-core", "")
+
+
+def test_health_is_unavailable_while_a_settings_change_pauses_search(tmp_path: Path) -> None:
+    """An index built with other settings refuses every search ("run index --force"): health must
+    not say ready meanwhile, and says the same fix."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("- tomatoes grow best in full sun\n")
+    built = MemoryCoreConfig(workspace=str(ws), state_dir=str(tmp_path / "state"))
+    with MemoryCore(config=built) as core:
+        core.index()
+    changed = built.model_copy(update={"chunking": built.chunking.model_copy(update={"tokens": 200})})
+
+    async def go() -> tuple[dict, BaseException]:
+        lease = await open_lease(MemoryCoreProviderRuntime(changed))
+        health = (await lease.health()).to_json()
+        with pytest.raises(Exception) as refused:
+            await lease.search({"query": "tomatoes"})
+        return health, refused.value
+
+    health, refused = run(go())
+    assert (health["status"], health["message"]) == ("unavailable", PAUSED_INDEX.format(keys="chunkTokens"))
+    assert "index --force" in str(refused)
+    with MemoryCore(config=changed) as core:  # after the rebuild: ready again
+        core.index(force=True)
+    assert run(_health(MemoryCoreProviderRuntime(changed)))["status"] == "ready"
+
+
+async def _health(runtime: MemoryCoreProviderRuntime) -> dict:
+    return (await (await open_lease(runtime)).health()).to_json()
 
 
 def test_checklist_18_health_answers_every_authenticated_caller(indexed: MemoryCoreConfig) -> None:

@@ -91,6 +91,10 @@ DEGRADED_EMBEDDING = ("The last memory embedding request failed. Check the memor
                       "fix the embedding provider settings, then retry memory search.")
 UNAVAILABLE_STORE = "The memory-core index could not be read. Check the memory-core log."
 NOT_INDEXED = "The memory index has not been built yet. Run `memory-core index`."
+PAUSED_INDEX = ("Memory search is paused: the index was built with different settings ({keys} changed). "
+                "Run `memory-core index --force`.")
+DEGRADED_SYNC = ("The last memory index sync failed, so search may miss recent changes. Check the memory-core "
+                 "log, then run `memory-core index`.")
 EMBEDDING_FAILED = "memory-core: memory search embedding failed; check the memory-core log"
 
 
@@ -638,6 +642,19 @@ class MemoryCoreProvider:
             return MemoryHealth(status="unavailable", message=UNAVAILABLE_STORE, details=details)
         if not self._grant.denial:
             details.update(facts)
+        core = self._runtime.core(self.agent_id)
+        try:
+            identity = await self._io(core.identity_state)
+        except (AuthorityNotCurrent, Forbidden, Aborted):
+            raise
+        except Exception:  # noqa: BLE001 - the store read above succeeded; the search reports the rest
+            identity = {}
+        if identity.get("state") == "mismatch":  # every search is refused until the rebuild
+            keys = ", ".join(identity.get("mismatch") or []) or "settings"
+            return MemoryHealth(status="unavailable", message=PAUSED_INDEX.format(keys=keys), details=details)
+        fresh = core.__dict__.get("_freshness")  # only a serving engine has one
+        if fresh is not None and fresh.last_sync_error:
+            return MemoryHealth(status="degraded", message=DEGRADED_SYNC, details=details)
         failed_at = self._runtime.embedding_failure(self.agent_id)
         if failed_at is not None:
             return MemoryHealth(status="degraded", message=DEGRADED_EMBEDDING,
