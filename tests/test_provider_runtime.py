@@ -33,6 +33,7 @@ from memory_core.provider import runtime as rt
 from memory_core.provider.runtime import (
     CAPABILITIES,
     DEGRADED_EMBEDDING,
+    DEGRADED_SYNC,
     EMBEDDING_FAILED,
     PAUSED_INDEX,
     UNAVAILABLE_STORE,
@@ -491,6 +492,18 @@ def test_health_is_unavailable_while_a_settings_change_pauses_search(tmp_path: P
     with MemoryCore(config=changed) as core:  # after the rebuild: ready again
         core.index(force=True)
     assert run(_health(MemoryCoreProviderRuntime(changed)))["status"] == "ready"
+
+
+def test_health_is_degraded_after_a_failed_sync(indexed: MemoryCoreConfig) -> None:
+    runtime = MemoryCoreProviderRuntime(indexed)
+    fresh = runtime.core("main").freshness  # the serving engine's scheduler
+    fresh.last_sync_error = "sync failed: disk full at /secret/path"
+    health = run(_health(runtime))
+    assert (health["status"], health["message"]) == ("degraded", DEGRADED_SYNC)
+    assert "/secret" not in json.dumps(health)
+    fresh.last_sync_error = None
+    assert run(_health(runtime))["status"] == "ready"
+    runtime.close_all()
 
 
 async def _health(runtime: MemoryCoreProviderRuntime) -> dict:
