@@ -32,6 +32,22 @@ def test_serve_refuses_to_start_without_a_token(tmp_path):
     assert "--auth none is allowed only on a loopback address" in proc.stderr
 
 
+def test_serve_says_which_of_host_and_port_is_wrong(tmp_path):
+    import socket
+
+    cfg = write_config(tmp_path, make_workspace(tmp_path))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = serve(cfg, "--auth", "none", "--port", str(port))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: ") and "pick another --port" in proc.stderr
+    proc = serve(cfg, "--token", "t", "--host", "nosuch.invalid")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "the host 'nosuch.invalid' does not resolve" in proc.stderr and "--host" in proc.stderr
+
+
 def test_serve_with_auth_none_on_loopback_and_with_a_config_token(tmp_path):
     cfg = write_config(tmp_path, make_workspace(tmp_path), gateway={"token": TOKEN})
 

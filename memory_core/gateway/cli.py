@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -65,7 +67,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(run())
     except OSError as exc:
-        raise MemoryCoreError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from exc
+        if isinstance(exc, socket.gaierror):  # the name, not the port
+            raise MemoryCoreError(f"cannot listen on {host}:{port}: the host {host!r} does not resolve "
+                                  f"({exc.strerror or exc}); pass an address of this machine to --host, "
+                                  "e.g. 127.0.0.1") from exc
+        fix = "pick another --port" if exc.errno == errno.EADDRINUSE else "check --host and --port"
+        raise MemoryCoreError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; {fix}") from exc
     finally:
         service.close()
     return 0
