@@ -6,6 +6,10 @@ Allowed paths: workspace ``MEMORY.md``/``memory.md``/``USER.md``/``memory/**`` (
 symlink anywhere on the way raises :class:`ReferenceNotFound` (code ``not_found``). An allowed
 path whose file is missing returns ``status="not_found"`` with empty text (the upstream shape).
 
+A transcript is never returned raw: it is flattened exactly as for indexing (§1.5, same filters),
+and ``from``/``lines``/``nextFrom`` count JSONL lines, the numbering session hits cite
+(``sessions/x.jsonl#L3-L8``). A JSONL line the flattener drops contributes no text.
+
 Bounds: 120 lines by default and 12,000 characters; whole lines are dropped from the end until
 the text fits, a single over-long line is hard-truncated, and a truncated result carries
 ``truncated``, ``next_from`` and the continuation notice suffix.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import os
 import stat
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +92,54 @@ def build_read_result(content: str, rel_path: str, *, from_: int | None = None, 
     return ReadResult(text=text, path=rel_path, from_=start, lines=included, truncated=truncated, next_from=next_from)
 
 
+def build_session_read_result(content: str, line_map: Sequence[int], rel_path: str, *, from_: int | None = None,
+                               lines: int | None = None, max_chars: int | None = None) -> ReadResult:
+    """Slice a flattened transcript by JSONL line numbers (``line_map[i]`` is the JSONL line of
+    content line ``i + 1``): the text of the messages on JSONL lines ``from .. from+lines-1``.
+
+    Budget and notices as :func:`build_read_result`, with a message (all its wrapped lines) as the
+    unit that is dropped from the end. ``lines`` is the number of JSONL lines covered: ``nextFrom -
+    from`` when there is a ``nextFrom``, otherwise up to the line of the last message shown.
+    """
+    start = _positive_int(from_, 1, "from")
+    count = _positive_int(lines, DEFAULT_MEMORY_READ_LINES, "lines")
+    budget = _positive_int(max_chars, DEFAULT_MEMORY_READ_MAX_CHARS, "max_chars")
+    flat = content.split("\n") if content else []
+    end = start + count - 1
+    lo, hi = bisect_left(line_map, start), bisect_right(line_map, end)
+    messages: list[tuple[int, str]] = []   # (JSONL line, its flattened text)
+    for i in range(lo, hi):
+        if messages and messages[-1][0] == line_map[i]:
+            messages[-1] = (line_map[i], messages[-1][1] + "\n" + flat[i])
+        else:
+            messages.append((line_map[i], flat[i]))
+    more_source = hi < len(line_map)
+    included = len(messages)
+    text = "\n".join(m[1] for m in messages)
+    while included > 1 and len(text) > budget:
+        included -= 1
+        text = "\n".join(m[1] for m in messages[:included])
+    hard = False
+    if messages and len(text) > budget:
+        text, included, hard = truncate_snippet(text, budget), 1, True
+    char_cut = hard or included < len(messages)
+    next_from: int | None = None
+    if not hard and char_cut:
+        next_from = messages[included][0]   # the first message that did not fit
+    elif not hard and more_source:
+        next_from = end + 1
+    if next_from is not None:
+        covered = next_from - start
+    else:
+        covered = messages[included - 1][0] - start + 1 if included else 0
+    truncated = char_cut or more_source
+    if truncated and (text or hard):
+        # never suggest reading the raw transcript: it holds what indexing filters out
+        text += _notice(next_from, False)
+    return ReadResult(text=text, path=rel_path, from_=start, lines=covered, truncated=truncated,
+                      next_from=next_from)
+
+
 def _inside(root: str, path: str) -> bool:
     try:
         return os.path.commonpath([root, path]) == root
@@ -147,7 +200,7 @@ def read_memory_file(
     is_indexed_session: Callable[[str], bool] | None = None,
 ) -> ReadResult:
     """Read ``rel_path`` (workspace-relative, absolute inside an extra path, or ``sessions/<file>``)."""
-    from memory_core.sources import is_memory_path
+    from memory_core.sources import build_session_entry, is_memory_path
 
     if not isinstance(rel_path, str) or not rel_path.strip() or "\x00" in rel_path:
         raise InvalidRequest("path required: pass a workspace-relative memory path such as MEMORY.md or memory/notes.md")
@@ -168,10 +221,16 @@ def read_memory_file(
         abs_path = os.path.join(root, name)
         if not _no_symlinks(root, abs_path):
             raise not_allowed
-        content = _read_text(abs_path)
-        if content is None:
+        try:
+            regular = stat.S_ISREG(os.lstat(abs_path).st_mode)
+        except FileNotFoundError:
+            regular = False
+        # the same flattening (and whole-transcript skips) as indexing, never the raw JSONL
+        entry = build_session_entry(root, abs_path) if regular else None
+        if entry is None:
             return ReadResult(text="", path=raw, status="not_found")
-        return build_read_result(content, raw, from_=from_, lines=lines, max_chars=max_chars)
+        return build_session_read_result(entry.content, entry.line_map or (), raw, from_=from_, lines=lines,
+                                         max_chars=max_chars)
 
     abs_path = os.path.normpath(raw if os.path.isabs(raw) else os.path.join(workspace, raw))
     rel = os.path.relpath(abs_path, workspace).replace(os.sep, "/")

@@ -369,6 +369,35 @@ def test_checklist_14_get_ok_or_not_found_denial_throws(indexed: MemoryCoreConfi
     run(denied())
 
 
+def test_get_of_a_session_hit_is_the_indexed_text_that_core_get_returns_for_its_lines(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    noisy = [json.dumps({"type": "session", "id": "s"}),
+             json.dumps({"type": "message", "message": {"role": "user", "content": "which soil for tomatoes?"}}),
+             json.dumps({"type": "message", "message": {"role": "assistant", "content": [
+                 {"type": "toolCall", "name": "exec", "arguments": {"cmd": "cat secret-soil.txt"}}]}}),
+             json.dumps({"type": "message", "message": {"role": "user", "content": "[cron:weekly] tomatoes report"}}),
+             "{not json",
+             json.dumps({"type": "message", "message": {"role": "assistant", "content": "Loam suits tomatoes."}})]
+    (tmp_path / "ws-sessions" / "noisy.jsonl").write_text("\n".join(noisy) + "\n")
+    cfg = lexical_config(tmp_path, ws)
+    with MemoryCore(config=cfg) as core:
+        core.index()
+
+        async def go() -> Any:
+            lease = await open_lease(MemoryCoreProviderRuntime(cfg))
+            page = await lease.search({"query": "loam soil tomatoes", "minScore": 0, "sources": ["sessions"]})
+            hit = _first(page, "sessions/noisy.jsonl")
+            return await lease.get({"reference": hit.reference.to_json()})
+
+        got = run(go())
+        citation = got.citations[0]
+        assert (citation.label, got.text) == ("sessions/noisy.jsonl#L2-L6",
+                                              "User: which soil for tomatoes?\nAssistant: Loam suits tomatoes.")
+        read = core.get("sessions/noisy.jsonl", from_=citation.start_line,
+                        lines=citation.end_line - citation.start_line + 1)
+        assert read.text == got.text
+
+
 def test_checklist_15_from_and_lines_bounds(indexed: MemoryCoreConfig) -> None:
     async def go() -> None:
         lease = await open_lease(MemoryCoreProviderRuntime(indexed))

@@ -162,16 +162,103 @@ def test_get_extra_paths_and_sessions(ws, tmp_path):
         read_memory_file(str(ws), str(extra / "data.txt"), extra_paths=[str(extra)])
     sessions = tmp_path / "sessions"
     sessions.mkdir()
-    (sessions / "s1.jsonl").write_text('{"a": 1}\n{"b": 2}')
+    (sessions / "s1.jsonl").write_text('{"a": 1}\n' + _msg("user", "hello there"))
     indexed = {"sessions/s1.jsonl"}
     r = read_memory_file(str(ws), "sessions/s1.jsonl", sessions_dir=str(sessions), is_indexed_session=indexed.__contains__,
                          from_=2)
-    assert (r.text, r.from_, r.lines, r.truncated) == ('{"b": 2}', 2, 1, False)
+    assert (r.text, r.from_, r.lines, r.truncated) == ("User: hello there", 2, 1, False)
     with pytest.raises(ReferenceNotFound):  # not indexed
         read_memory_file(str(ws), "sessions/s2.jsonl", sessions_dir=str(sessions), is_indexed_session=indexed.__contains__)
     for bad in ("sessions/../x.jsonl", "sessions/a/b.jsonl"):  # traversal, even if the index claimed it
         with pytest.raises(ReferenceNotFound):
             read_memory_file(str(ws), bad, sessions_dir=str(sessions), is_indexed_session=lambda p: True)
+
+
+def _msg(role, content):
+    return json.dumps({"type": "message", "message": {"role": role, "content": content}})
+
+
+TRANSCRIPT = [
+    json.dumps({"type": "session", "id": "s1"}),                                    # 1 not a message
+    _msg("user", "How do I rotate the falcon deploy key?"),                          # 2
+    _msg("assistant", [{"type": "text", "text": "Let me check the vault."},         # 3 text kept, tool call not
+                       {"type": "toolCall", "name": "exec", "arguments": {"cmd": "vault read secret/falcon"}}]),
+    _msg("toolResult", "secret=hunter2"),                                            # 4 tool result
+    _msg("user", "[cron:weekly-report] send the falcon report"),                     # 5 cron prompt
+    "{not json",                                                                     # 6 malformed
+    _msg("assistant", "Rotate the falcon deploy key with vault rotate."),            # 7
+]
+FLAT = ("User: How do I rotate the falcon deploy key?\nAssistant: Let me check the vault.\n"
+        "Assistant: Rotate the falcon deploy key with vault rotate.")
+
+
+@pytest.fixture
+def session_core(ws, state_home):
+    sessions = ws.parent / "sessions"
+    sessions.mkdir()
+    (sessions / "s1.jsonl").write_text("\n".join(TRANSCRIPT) + "\n")
+    core = _core(ws, state_home, sources=["memory", "sessions"], sessions_dir=str(sessions),
+                 experimental={"sessionMemory": True})
+    core.index()
+    yield core
+    core.close()
+
+
+def test_get_of_a_transcript_returns_the_flattened_text_not_the_jsonl(session_core):
+    r = session_core.get("sessions/s1.jsonl")
+    assert r.to_dict() == {"text": FLAT, "path": "sessions/s1.jsonl", "from": 1, "lines": 7}
+
+
+def test_get_with_a_session_hits_lines_returns_that_hits_text(session_core):
+    hit = session_core.search("falcon deploy key", sources=["sessions"])[0]
+    assert (hit.path, hit.start_line, hit.end_line, hit.citation) == ("sessions/s1.jsonl", 2, 7, "sessions/s1.jsonl#L2-L7")
+    r = session_core.get(hit.path, from_=hit.start_line, lines=hit.end_line - hit.start_line + 1)
+    assert (r.text, r.from_, r.lines, r.truncated, r.next_from) == (hit.snippet, 2, 6, False, None)
+    assert r.text == FLAT
+
+
+def test_get_pages_a_transcript_by_jsonl_lines(session_core):
+    first = session_core.get("sessions/s1.jsonl", lines=3)
+    assert first.to_dict() == {
+        "text": ("User: How do I rotate the falcon deploy key?\nAssistant: Let me check the vault.\n\n"
+                 "[More content available. Use from=4 to continue.]"),
+        "path": "sessions/s1.jsonl", "from": 1, "lines": 3, "truncated": True, "nextFrom": 4}
+    rest = session_core.get("sessions/s1.jsonl", from_=first.next_from)
+    assert rest.to_dict() == {"text": "Assistant: Rotate the falcon deploy key with vault rotate.",
+                              "path": "sessions/s1.jsonl", "from": 4, "lines": 4}
+    # lines the flattener drops contribute nothing
+    assert session_core.get("sessions/s1.jsonl", from_=4, lines=3).to_dict() == {
+        "text": "", "path": "sessions/s1.jsonl", "from": 4, "lines": 3, "truncated": True, "nextFrom": 7}
+
+
+def test_get_of_a_transcript_keeps_the_char_budget_per_message(session_core):
+    r = session_core.get("sessions/s1.jsonl", max_chars=60)
+    assert (r.text, r.lines, r.truncated, r.next_from) == (
+        "User: How do I rotate the falcon deploy key?\n\n[More content available. Use from=3 to continue.]",
+        2, True, 3)
+    hard = session_core.get("sessions/s1.jsonl", max_chars=10)
+    assert (hard.text, hard.lines, hard.truncated, hard.next_from) == (
+        "User: How \n\n[More content available. Requested excerpt exceeded the default maxChars budget.]",
+        2, True, None)
+
+
+def test_session_read_drops_a_wrapped_message_as_a_whole():
+    from memory_core.read_file import build_session_read_result
+
+    r = build_session_read_result("User: a\nUser: b\nAssistant: c", (2, 2, 5), "sessions/x.jsonl", max_chars=20)
+    assert (r.text, r.lines, r.next_from) == ("User: a\nUser: b\n\n[More content available. Use from=5 to continue.]",
+                                              4, 5)
+
+
+def test_mcp_memory_get_of_a_transcript_returns_the_flattened_text(session_core):
+    from memory_core.mcp_server import MemoryTools
+
+    tools = MemoryTools(session_core.config)
+    try:
+        got = tools.get({"path": "sessions/s1.jsonl", "from": 2, "lines": 6})
+    finally:
+        tools.close()
+    assert got == {"text": FLAT, "path": "sessions/s1.jsonl", "from": 2, "lines": 6}
 
 
 def test_hit_from_row_builds_the_same_hit_as_the_constructor():
