@@ -2,8 +2,11 @@
 
 Tool parameters and result shapes are upstream's (engine.md §9.1-9.2). Each call's result is the
 tool's ``details`` object, sent both as JSON text content and as structured content, like the
-``output`` of OpenClaw's ``tools.invoke``. Bad arguments and engine failures come back as tool
-errors (``isError``) whose text names the problem and the fix; the server keeps serving.
+``output`` of OpenClaw's ``tools.invoke``. Bad arguments and memory_search failures come back as tool
+errors (``isError``) whose text names the problem and the fix; a path memory_get cannot read comes
+back, as upstream, with ``isError: false`` and ``{path, text: "", disabled: true, error}``. A line that
+is not JSON gets a -32700 error and one that is not a JSON-RPC message a -32600 error; the server keeps
+serving. SIGINT and SIGTERM close the engine and end the server at once.
 """
 
 from __future__ import annotations
@@ -11,13 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import signal
+import threading
 import time
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, cast
 
+import anyio
 import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 from memory_core import __version__
 from memory_core.errors import MemoryCoreError
@@ -270,17 +278,101 @@ def _unavailable(error: str) -> dict[str, Any]:
     }
 
 
-async def serve_stdio(config: Any) -> None:
+def _jsonrpc_error(line: str) -> types.JSONRPCError | None:
+    """The error reply to a line that is not one JSON-RPC message, or None when it is one."""
+    try:
+        message = json.loads(line)
+    except ValueError as exc:
+        return types.JSONRPCError(jsonrpc="2.0", id=None,
+                                  error=types.ErrorData(code=types.PARSE_ERROR, message=f"Parse error: {exc}"))
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)  # as stdio_server will
+        return None
+    except ValueError:
+        pass
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        request_id = None
+    hint = "Invalid Request: send one JSON-RPC 2.0 object with a string method (batches are not supported)"
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                              error=types.ErrorData(code=types.INVALID_REQUEST, message=hint))
+
+
+class _StdinLines:
+    """stdin as the line iterator ``stdio_server`` reads, answering malformed lines itself (the SDK
+    drops them unanswered). A daemon thread does the blocking reads, so a signal never waits on it."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self.write_stream: Any = None
+        self.ready = anyio.Event()  # set once write_stream is there to answer on
+        threading.Thread(target=self._read, name="memory-core mcp stdin", daemon=True).start()
+
+    def _read(self) -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:
+                chunk = b""
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop() if chunk else b""
+            try:
+                for line in lines:
+                    self._loop.call_soon_threadsafe(self._lines.put_nowait, line)
+                if not chunk:
+                    self._loop.call_soon_threadsafe(self._lines.put_nowait, None)
+                    return
+            except RuntimeError:  # the loop is closed: the server is gone
+                return
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        await self.ready.wait()
+        while True:
+            raw = await self._lines.get()
+            if raw is None:
+                raise StopAsyncIteration
+            line = raw.decode("utf-8", errors="replace")
+            if not line.strip():
+                continue
+            error = _jsonrpc_error(line)
+            if error is None:
+                return line
+            await self.write_stream.send(SessionMessage(error))
+
+
+async def serve_stdio(config: Any) -> int | None:
+    """Serve until stdin closes (None) or SIGINT/SIGTERM arrives (that signal's number)."""
     tools = MemoryTools(config)
     server = build_server(tools)
+    stdin = _StdinLines(0)
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
     try:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        with anyio.CancelScope() as scope:
+
+            def stop(sig: int) -> None:
+                received.append(sig)
+                scope.cancel()
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop, sig)
+            async with stdio_server(stdin=cast(Any, stdin)) as (read_stream, write_stream):
+                stdin.write_stream = write_stream
+                stdin.ready.set()
+                await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         tools.close()
+    return received[0] if received else None
 
 
-def run_stdio(config: Any) -> None:
-    import anyio
-
-    anyio.run(serve_stdio, config)
+def run_stdio(config: Any) -> int | None:
+    """Run the server; the signal that stopped it, if one did."""
+    return anyio.run(serve_stdio, config)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import queue
+import signal
+import subprocess
 import sys
+import threading
+import time
 
 import anyio
 import pytest
@@ -107,3 +112,101 @@ def test_mcp_bad_arguments_are_tool_errors_and_the_server_keeps_serving(indexed_
     assert errors[3].get("error") or errors[3].get("status") == "not_found"
     assert errors[4] == {"error": "from must be a positive integer, got -1"}
     assert details(results[5])["results"][0]["path"] == "MEMORY.md"
+
+
+# ---------------------------------------------------------------------- raw stdio: signals, malformed lines
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "0"}}}
+SEARCH_CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+               "params": {"name": "memory_search", "arguments": {"query": "coffee"}}}
+
+
+class RawServer:
+    """``python -m memory_core mcp`` as a subprocess spoken to line by line (no SDK client in the way)."""
+
+    def __init__(self, config_path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memory_core", "mcp", "--config", str(config_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=child_env(config_path.parent), cwd=str(ROOT),
+        )
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def send(self, message):
+        line = message if isinstance(message, str) else json.dumps(message)
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def recv(self, timeout=30.0):
+        return json.loads(self.lines.get(timeout=timeout))
+
+    def initialize(self):
+        self.send(INIT)
+        assert self.recv()["id"] == 1
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def stop(self, sig, timeout=5.0):
+        """Send ``sig`` with stdin still open; the exit code and stderr once the process is gone."""
+        self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"still running {timeout}s after {sig.name}")
+        finally:
+            self.proc.stdin.close()
+        return code, self.proc.stderr.read().decode()
+
+
+@pytest.fixture
+def raw_server(indexed_config):
+    server = RawServer(indexed_config)
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait()
+
+
+@pytest.mark.parametrize(("sig", "code", "message"), [
+    (signal.SIGINT, 130, "error: interrupted\n"),
+    (signal.SIGTERM, 0, ""),  # like `memory-core serve`
+], ids=["SIGINT", "SIGTERM"])
+def test_mcp_stops_promptly_on_a_signal_with_stdin_still_open(raw_server, sig, code, message):
+    raw_server.initialize()
+    started = time.monotonic()
+    assert raw_server.stop(sig) == (code, message)
+    assert time.monotonic() - started < 3
+
+
+def test_mcp_stops_on_sigint_after_opening_the_engine(raw_server):
+    raw_server.initialize()
+    raw_server.send(SEARCH_CALL)
+    assert raw_server.recv()["result"]["isError"] is False
+    assert raw_server.stop(signal.SIGINT) == (130, "error: interrupted\n")
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("not json", {"id": None, "code": -32700}),
+    ("{", {"id": None, "code": -32700}),
+    ("[]", {"id": None, "code": -32600}),
+    ('{"jsonrpc":"2.0","id":99}', {"id": 99, "code": -32600}),
+    ('{"jsonrpc":"2.0","id":"a","method":5}', {"id": "a", "code": -32600}),
+    ('"just a string"', {"id": None, "code": -32600}),
+], ids=["not-json", "truncated", "empty-batch", "no-method", "method-not-string", "not-an-object"])
+def test_mcp_answers_a_malformed_line_with_a_jsonrpc_error_and_keeps_serving(raw_server, line, error):
+    raw_server.initialize()
+    raw_server.send(line)
+    reply = raw_server.recv()
+    assert {"id": reply["id"], "code": reply["error"]["code"]} == error
+    assert reply["jsonrpc"] == "2.0" and reply["error"]["message"]
+    raw_server.send(SEARCH_CALL)
+    answer = raw_server.recv()
+    assert answer["id"] == 7 and answer["result"]["isError"] is False
+    assert answer["result"]["structuredContent"]["results"][0]["path"] == "MEMORY.md"

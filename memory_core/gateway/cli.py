@@ -82,8 +82,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from memory_core.mcp_server import run_stdio
 
     cfg = load_service_config(args)
-    run_stdio(cfg)
-    return 0
+    if run_stdio(cfg) == signal.SIGINT:
+        raise KeyboardInterrupt  # after a clean shutdown: the CLI's one mapping makes it exit 130
+    return 0  # stdin closed or SIGTERM, like `serve`
 
 
 def _common() -> argparse.ArgumentParser:
