@@ -27,7 +27,7 @@ from memory_core.gateway.params import (
 )
 from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
 from memory_core.host.enforcement import resolve
-from memory_core.host.legacy import MemorySearchResult
+from memory_core.host.legacy import acquire_legacy_manager, legacy_result
 from memory_core.provider.types import (
     AbortSignal,
     MemoryCallerContext,
@@ -195,12 +195,10 @@ class MemoryMethods:
         with purpose "cli" and always closed, answers with its raw results, unfiltered."""
         cfg = self.service.agent_config(agent_id)
         try:
-            acquired = await resolve(runtime.get_memory_search_manager(cfg=cfg, agent_id=agent_id, purpose="cli"))
+            manager, error = await acquire_legacy_manager(runtime, cfg=cfg, agent_id=agent_id, purpose="cli")
         except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
             raise unavailable(f"memory search unavailable: {error_message(exc)}") from exc
-        manager = acquired.get("manager") if isinstance(acquired, dict) else acquired
         if manager is None:
-            error = acquired.get("error") if isinstance(acquired, dict) else None
             raise unavailable(error or f"memory search unavailable: {PROVIDER_UNAVAILABLE}")
         try:
             opts: dict[str, Any] = {"max_results": request.max_results}
@@ -220,9 +218,8 @@ class MemoryMethods:
         vector = status.get("vector") if isinstance(status.get("vector"), dict) else {}
         mode = custom.get("searchMode") or (
             "fts-only" if provider == "none" or vector.get("enabled") is False else "hybrid")
-        hits = [h if isinstance(h, MemorySearchResult) else MemorySearchResult.model_validate(h) for h in raw]
         return {"agentId": agent_id, "provider": provider, "searchMode": mode,
-                "results": [v1_result(h.model_dump(by_alias=True, exclude_none=True)) for h in hits]}
+                "results": [v1_result(legacy_result(h).model_dump(by_alias=True, exclude_none=True)) for h in raw]}
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""

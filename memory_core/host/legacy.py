@@ -97,7 +97,8 @@ def is_automatic_memory_entry_eligible(hit: MemorySearchResult) -> bool:
     return hit.provenance is not None and hit.provenance.origin_class in ("owner", "agent")
 
 
-def _result(value: Any) -> MemorySearchResult:
+def legacy_result(value: Any) -> MemorySearchResult:
+    """One hit of a legacy manager's ``search`` as a :class:`MemorySearchResult`."""
     return value if isinstance(value, MemorySearchResult) else MemorySearchResult.model_validate(value)
 
 
@@ -147,7 +148,7 @@ async def authorize_search_hits(runtime: Any, *, cfg: Any, agent_id: str, author
         trusted_agent_scope=session is None,
         conversation_recall=session.conversation_recall if session else None,
         hits=list(hits)))
-    return [_result(h) for h in out]
+    return [legacy_result(h) for h in out]
 
 
 class LegacyMemoryProvider:
@@ -184,7 +185,7 @@ class LegacyMemoryProvider:
             "signal": self._params.context.signal,
         }
         raw = await resolve(self._manager.search(request.query, {k: v for k, v in opts.items() if v is not None}))
-        hits = [_result(h) for h in raw]
+        hits = [legacy_result(h) for h in raw]
         self._assert_current()
         authorized = await authorize_search_hits(self._runtime, cfg=self._params.cfg, agent_id=self._params.agent_id,
                                                  authority=self._params.context.authority, hits=hits)
@@ -221,15 +222,21 @@ class LegacyMemoryProvider:
             await resolve(self._manager.close())
 
 
+async def acquire_legacy_manager(runtime: Any, *, cfg: Any, agent_id: str, purpose: Any) -> tuple[Any, str | None]:
+    """``runtime.getMemorySearchManager``: ``(manager, None)``, or ``(None, error)`` when it gave none."""
+    acquired = await resolve(runtime.get_memory_search_manager(cfg=cfg, agent_id=agent_id, purpose=purpose))
+    if not isinstance(acquired, dict):
+        return acquired, None
+    return acquired.get("manager"), acquired.get("error")
+
+
 async def adapt_legacy_memory_provider(runtime: Any, provider_id: str,
                                        params: MemoryProviderOpenParams) -> MemoryProviderOpenResult:
     """``adaptLegacyMemoryProvider``: acquire the manager for this agent/purpose and wrap it."""
-    acquired = await resolve(runtime.get_memory_search_manager(cfg=params.cfg, agent_id=params.agent_id,
-                                                               purpose=params.purpose))
-    manager = acquired.get("manager") if isinstance(acquired, dict) else acquired
+    manager, error = await acquire_legacy_manager(runtime, cfg=params.cfg, agent_id=params.agent_id,
+                                                  purpose=params.purpose)
     if manager is None:
-        return MemoryProviderOpenResult(provider=None,
-                                        error=acquired.get("error") if isinstance(acquired, dict) else None)
+        return MemoryProviderOpenResult(provider=None, error=error)
     return MemoryProviderOpenResult(provider=LegacyMemoryProvider(runtime, manager, provider_id, params))
 
 
