@@ -468,8 +468,7 @@ class MemoryCore:
         process) only a reconcile can tell: it stats the sources and marks what changed, without
         starting a sync (transcripts are compared by stat here, not by the delta thresholds)."""
         fresh = self.freshness
-        watcher = getattr(fresh, "watcher", None)
-        if os.path.exists(self.db_path) and not (watcher is not None and watcher.healthy()):
+        if os.path.exists(self.db_path) and not fresh.watching():
             fresh.reconcile(sessions_by_delta=False, reason="status", strict=True)
         return bool(self.dirty) or fresh.is_dirty()
 

@@ -727,6 +727,10 @@ class Freshness:
 
     # ------------------------------------------------------------------ search hooks
 
+    def watching(self) -> bool:
+        """A watcher runs and is healthy: it reports changes, so no reconcile is needed to find them."""
+        return self.watcher is not None and self.watcher.healthy()
+
     def check_watcher(self) -> bool:
         """Restart a watcher that died; True when it had to be restarted."""
         w = self.watcher
@@ -746,7 +750,7 @@ class Freshness:
         Returns the staleness of the index *as this search will see it*, or None when fresh.
         """
         restarted = self.check_watcher()
-        healthy = self.watcher is not None and self.watcher.healthy() and not restarted
+        healthy = self.watching() and not restarted
         if not healthy:
             # No watcher (or it just died): only a reconcile can tell whether this answer is stale.
             # An unreadable index file is this search's error, not something a sync can fix.
