@@ -59,6 +59,14 @@ def corrupt(db: Path, kind: str) -> bytes:
     return db.read_bytes()
 
 
+def corrupt_index(tmp_path: Path, workspace: Path, kind: str) -> tuple[Path, Path, bytes]:
+    """``(home, db, bytes)``: agent main's index under ``tmp_path/home``, built, then corrupted."""
+    home = tmp_path / "home"
+    db = home / "main.sqlite"
+    build_index(workspace, db)
+    return home, db, corrupt(db, kind)
+
+
 def corrupt_message(db: Path, kind: str) -> str:
     return (f"{db} is not a readable memory-core index ({REASONS[kind]}); run `memory-core index --force` to "
             "move it aside and rebuild the index")
@@ -66,10 +74,7 @@ def corrupt_message(db: Path, kind: str) -> str:
 
 @pytest.mark.parametrize("kind", ["random", "text", "garbled"])
 def test_every_command_on_a_corrupt_index_prints_one_error_line_and_keeps_the_file(tmp_path, workspace, kind):
-    home = tmp_path / "home"
-    db = home / "main.sqlite"
-    build_index(workspace, db)
-    bad = corrupt(db, kind)
+    home, db, bad = corrupt_index(tmp_path, workspace, kind)
     for args in (["search", "alpha"], ["search", "alpha", "--explain"], ["status"], ["status", "--deep"],
                  ["status", "--json"], ["index"], ["forget", "--session", "s1"], ["watch", "--seconds", "30"]):
         r = cli([*args, "--workspace", str(workspace)], home)
@@ -79,10 +84,7 @@ def test_every_command_on_a_corrupt_index_prints_one_error_line_and_keeps_the_fi
 
 @pytest.mark.parametrize("kind", ["random", "text", "garbled"])
 def test_index_force_moves_the_corrupt_file_aside_and_rebuilds(tmp_path, workspace, kind):
-    home = tmp_path / "home"
-    db = home / "main.sqlite"
-    build_index(workspace, db)
-    bad = corrupt(db, kind)
+    home, db, bad = corrupt_index(tmp_path, workspace, kind)
     (home / "main.sqlite-wal").write_bytes(b"stale wal")
     (home / "main.sqlite-shm").write_bytes(b"stale shm")
     r = cli(["index", "--force", "--workspace", str(workspace)], home)
