@@ -1,7 +1,7 @@
 """``memory-core serve`` (the gateway WebSocket server) and ``memory-core mcp`` (the MCP stdio server).
 
-Registered into the core CLI through ``register(subparsers, common)``; ``main()`` runs the same
-commands standalone (``python -m memory_core.gateway.cli serve ...``).
+Registered into the core CLI through ``register(subparsers, common)``; ``main()`` is that CLI
+(``python -m memory_core.gateway.cli serve ...`` equals ``memory-core serve ...``).
 """
 
 from __future__ import annotations
@@ -87,17 +87,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0  # stdin closed or SIGTERM, like `serve`
 
 
-def _common() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("global options")
-    g.add_argument("--workspace", metavar="PATH", help="agent workspace (default: configured workspace)")
-    g.add_argument("--agent", metavar="ID", default=None, help="default agent id (default: main)")
-    g.add_argument("--config", metavar="FILE", help="TOML or JSON config file")
-    return p
-
-
-def register(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
-    parents = [common if common is not None else _common()]
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    parents = [common]
     p = sub.add_parser(
         "serve",
         parents=parents,
@@ -126,20 +117,10 @@ def register(sub: Any, common: argparse.ArgumentParser | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="memory-core")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    register(sub, None)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except MemoryCoreError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
-    except KeyboardInterrupt:
-        return 130
+    """``python -m memory_core.gateway.cli``: the memory-core CLI (serve and mcp are its commands)."""
+    from memory_core.cli import main as cli_main
+
+    return cli_main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
