@@ -26,7 +26,7 @@ from memory_core.gateway.params import (
     parse_v1_search,
 )
 from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
-from memory_core.host.enforcement import resolve
+from memory_core.host.awaiting import resolve
 from memory_core.host.legacy import acquire_legacy_manager, legacy_result
 from memory_core.provider.types import (
     AbortSignal,

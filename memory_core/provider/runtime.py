@@ -42,7 +42,7 @@ from memory_core.errors import (
     MemoryCoreError,
     ProviderUnavailable,
 )
-from memory_core.host.enforcement import race_with_signal
+from memory_core.host.awaiting import race_with_signal
 from memory_core.provider.types import (
     AutomaticRecall,
     ConversationRecallContext,
