@@ -207,7 +207,8 @@ def test_worker_modules_import_no_owner_modules(module):
     assert out.stdout.strip() == "[]"
 
 
-def test_worker_does_not_reimport_owner_main(tmp_path):
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_worker_does_not_reimport_owner_main(tmp_path, start_method):
     # An owner whose __main__ imports owner-only modules (like the console script) must not make
     # workers import them.
     script = tmp_path / "owner.py"
@@ -215,9 +216,9 @@ def test_worker_does_not_reimport_owner_main(tmp_path):
         "import sys\nsys.path.insert(0, %r)\nimport memory_core.config\n"
         "from workers.pool import WorkerPool\n"
         "if __name__ == '__main__':\n"
-        "    p = WorkerPool('retrieval', 1)\n"
+        "    p = WorkerPool('retrieval', 1, start_method=%r)\n"
         "    print(sorted(m for m in p.run('runtime_info')['modules'] if m.startswith('memory_core')))\n"
-        "    p.close()\n" % ROOT
+        "    p.close()\n" % (ROOT, start_method)
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
