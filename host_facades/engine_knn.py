@@ -33,12 +33,18 @@ CORRUPT_ERRORS = (apsw.NotADBError, apsw.CorruptError)
 class DatabaseUnreadable(Exception):
     """The database file cannot be read. ``code`` is ``"index_corrupt"`` (not a readable SQLite
     database) or ``"index_unreadable"`` (it cannot be opened read-only; the message says why).
-    The owner turns it into the memory_core error of that code; workers send it as task error data."""
+    :meth:`to_data` is the data of the owner's error (``IndexCorrupt`` / ``IndexUnreadable``)."""
+
+    ERROR_TYPES = {"index_corrupt": "IndexCorrupt", "index_unreadable": "IndexUnreadable"}
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+
+    def to_data(self) -> dict[str, str]:
+        """``MemoryCoreError.to_data()`` of the owner-side error this failure is."""
+        return {"code": self.code, "message": self.message, "type": self.ERROR_TYPES[self.code]}
 
 
 def corrupt_message(db_path: str, exc: BaseException) -> str:

@@ -10,7 +10,14 @@ import time
 
 import pytest
 
-from memory_core.errors import WorkerError, WorkerOverloaded, WorkerTimeout, WorkerUnavailable
+from memory_core.errors import (
+    IndexCorrupt,
+    ProviderUnavailable,
+    WorkerError,
+    WorkerOverloaded,
+    WorkerTimeout,
+    WorkerUnavailable,
+)
 from tests.helpers import wait_for
 from workers.pool import InlinePool, WorkerPool, create_pools
 
@@ -54,8 +61,21 @@ def test_task_errors_come_back_typed(pool):
     from memory_core.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest, match="bad op"):
-        pool.run("fail", {"code": "invalid_request", "message": "bad op"})
+        pool.run("fail", {"type": "InvalidRequest", "code": "invalid_request", "message": "bad op"})
     assert pool.run("ping", 7) == 7  # the worker survived
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_task_errors_cross_as_to_data_and_keep_their_type(pool, inline):
+    # "unavailable" is the code of both ProviderUnavailable and WorkerUnavailable: the type named in
+    # the error data decides, not a guess from the code
+    runner = InlinePool() if inline else pool
+    with pytest.raises(ProviderUnavailable) as err:
+        runner.run("fail", {"type": "ProviderUnavailable", "code": "unavailable", "message": "no model"})
+    assert err.value.to_data() == {"code": "unavailable", "message": "no model", "type": "ProviderUnavailable"}
+    with pytest.raises(IndexCorrupt) as err:
+        runner.run("fail", {"type": "IndexCorrupt", "code": "index_corrupt", "message": "bad file"})
+    assert err.value.to_data() == {"code": "index_corrupt", "message": "bad file", "type": "IndexCorrupt"}
 
 
 def test_killed_worker_fails_its_task_and_is_replaced(pool):
@@ -189,7 +209,7 @@ def test_inline_pool_runs_the_same_tasks_in_process():
     from memory_core.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest):
-        retrieval.run("fail", {"code": "invalid_request"})
+        retrieval.run("fail", {"type": "InvalidRequest", "code": "invalid_request"})
 
 
 @pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "host_facades.engine_knn",

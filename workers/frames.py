@@ -6,7 +6,8 @@ byte, then a pickle (standard library):
 
 - owner -> worker ``("task", task_id, task_name, payload)`` with the channel of its reply: exactly
   one reply frame on that channel, ``(task_id, True, value)`` or
-  ``(task_id, False, {"code", "message"})``;
+  ``(task_id, False, error)`` where ``error`` is ``MemoryCoreError.to_data()``'s
+  ``{"code", "message", "type"}``;
 - owner -> worker ``("ctl", name, payload)`` (channel ``NO_REPLY``): a control message (e.g. drop
   derived state), no reply;
 - owner -> worker ``("exit",)`` (channel ``NO_REPLY``): leave the loop.

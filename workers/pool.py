@@ -39,7 +39,6 @@ from typing import Any
 from multiprocess import connection as mp_connection
 
 from memory_core.errors import (
-    MemoryCoreError,
     WorkerError,
     WorkerOverloaded,
     WorkerTimeout,
@@ -60,31 +59,6 @@ MAX_PIPELINE_DEPTH = 8
 PIPELINE_MAX_BYTES = 32 * 1024
 CONTROL_MAX_BYTES = 16 * 1024
 _EXIT = pickle.dumps(("exit",), protocol=pickle.HIGHEST_PROTOCOL)
-
-_CODE_TO_ERROR: dict[str, type[WorkerError]] = {
-    "unavailable": WorkerUnavailable,
-    "timeout": WorkerTimeout,
-    "overloaded": WorkerOverloaded,
-    "failed": WorkerError,
-}
-
-
-def error_from_reply(error: dict[str, Any]) -> MemoryCoreError:
-    """Rebuild the typed owner-side error for a worker's ``{"code", "message"}`` error data."""
-    code = str(error.get("code") or "failed")
-    message = str(error.get("message") or "worker task failed")
-    cls = _CODE_TO_ERROR.get(code)
-    if cls is not None:
-        return cls(message)
-    if error.get("type"):
-        return error_from_data(error)
-    from memory_core import errors as _errors
-
-    for candidate in vars(_errors).values():
-        if isinstance(candidate, type) and issubclass(candidate, MemoryCoreError) and candidate.code == code:
-            return candidate(message)
-    return WorkerError(message, code=code)
-
 
 # --- pool --------------------------------------------------------------------------------------
 
@@ -626,7 +600,7 @@ class WorkerPool:
         if ok:
             self._finish(task, value=value)
         else:
-            self._finish(task, exc=error_from_reply(value or {}))
+            self._finish(task, exc=error_from_data(value))
         if not ok and self.restart_on_error and slot.state != "retiring":
             self._retire(slot)
             return
@@ -902,7 +876,7 @@ class InlinePool:
         try:
             return fn(payload, self.context)
         except self._tasks.TaskError as exc:
-            raise error_from_reply({"code": exc.code, "message": str(exc)}) from exc
+            raise error_from_data(exc.to_data()) from exc
 
     def broadcast(self, control: str, payload: Any) -> int:
         handler = self._tasks.CONTROLS.get(control)

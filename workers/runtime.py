@@ -43,8 +43,8 @@ def _pin_loaded_libraries() -> None:
         pass
 
 
-def _error(code: str, message: str) -> tuple[bool, dict]:
-    return False, {"code": code, "message": message}
+def _failed(message: str) -> tuple[bool, dict]:
+    return False, {"code": "failed", "message": message, "type": "WorkerError"}
 
 
 def worker_main(requests, replies, pool_name: str) -> None:
@@ -81,18 +81,16 @@ def worker_main(requests, replies, pool_name: str) -> None:
         _, task_id, name, payload = msg
         fn = tasks.TASKS.get(name)
         if fn is None:
-            reply = _error("failed", f"unknown worker task {name!r}; known: {sorted(tasks.TASKS)}")
+            reply = _failed(f"unknown worker task {name!r}; known: {sorted(tasks.TASKS)}")
         else:
             try:
                 reply = True, fn(payload, ctx)
-            except tasks.TaskError as exc:
-                reply = _error(exc.code, str(exc))
             except Exception as exc:  # noqa: BLE001 - errors cross the boundary as data
-                reply = _error("failed", f"{type(exc).__name__}: {exc}")
+                reply = False, tasks.failure_data(exc)
         try:
             data = pickle.dumps((task_id, *reply), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001
-            data = pickle.dumps((task_id, *_error("failed", f"task {name!r} returned an unpicklable value: {exc}")))
+            data = pickle.dumps((task_id, *_failed(f"task {name!r} returned an unpicklable value: {exc}")))
         try:
             write_frame(channels[channel], data)
         except (OSError, IndexError):

@@ -26,11 +26,30 @@ MAX_CACHED_READERS = 8
 
 
 class TaskError(Exception):
-    """A task failure with a stable code; crosses the process boundary as ``{"code", "message"}``."""
+    """A task failure as the owner's typed error: ``error_type`` names a ``memory_core.errors`` class
+    (workers never import it), ``code`` is its stable code. Crosses the pipe as :meth:`to_data`, the
+    shape of ``MemoryCoreError.to_data()``, which the owner rebuilds with ``error_from_data``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, error_type: str, code: str, message: str) -> None:
         super().__init__(message)
+        self.error_type = error_type
         self.code = code
+        self.message = message
+
+    @classmethod
+    def from_data(cls, data: dict[str, str]) -> TaskError:
+        return cls(data["type"], data["code"], data["message"])
+
+    def to_data(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message, "type": self.error_type}
+
+
+def failure_data(exc: BaseException) -> dict[str, str]:
+    """The error data of any exception a task raised: a :class:`TaskError` as itself, anything else
+    as a ``WorkerError`` naming the exception."""
+    if isinstance(exc, TaskError):
+        return exc.to_data()
+    return {"code": "failed", "message": f"{type(exc).__name__}: {exc}", "type": "WorkerError"}
 
 
 @dataclass
@@ -122,15 +141,15 @@ def _unreadable_as_task_error(db_path: str, exc: BaseException) -> None:
     raises IndexCorrupt / IndexUnreadable), not as a generic task failure."""
     err = unreadable(db_path, exc)
     if err is not None:
-        raise TaskError(err.code, err.message) from None
+        raise TaskError.from_data(err.to_data()) from None
 
 
 @task("fail")
 def fail(payload: dict, ctx: WorkerContext) -> None:
-    code = payload.get("code")
-    if code:
-        raise TaskError(str(code), str(payload.get("message", "requested failure")))
-    raise ValueError(str(payload.get("message", "requested failure")))
+    message = str(payload.get("message", "requested failure"))
+    if payload.get("type"):
+        raise TaskError(str(payload["type"]), str(payload.get("code", "failed")), message)
+    raise ValueError(message)
 
 
 @task("runtime_info")
@@ -238,7 +257,7 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
 
         return vector_search.knn_search(conn, q, limit=int(op["limit"]), model=op["model"], backend="sqlite-vec")
     if backend not in ("auto", "faiss", "numpy"):
-        raise TaskError("invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
+        raise TaskError("InvalidRequest", "invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
     model = op.get("model")
     key = (env["db_id"], env["revision"], engine_knn.model_key(model))
     state = ctx.cache.get_or_build(conn, key)
@@ -346,7 +365,7 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
             _unreadable_as_task_error(db_path, exc)
             raise
-    raise TaskError("unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
+    raise TaskError("WorkerUnavailable", "unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
 
 
 def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, revision: int, db_path: str):
@@ -358,7 +377,7 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
     for op in ops:
         fn = OPS.get(op.get("op", ""))
         if fn is None:
-            raise TaskError("invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
+            raise TaskError("InvalidRequest", "invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
         results.append(fn(conn, op, ctx, env))
     meta_spec = payload.get("metadata")
     metadata: dict[str, dict] = {}

@@ -31,7 +31,6 @@ from memory_core.host.legacy import adapt_legacy_memory_provider
 from memory_core.provider.types import (
     CANDIDATE_KINDS,
     MEMORY_SOURCES,
-    AbortSignal,
     MemoryCallerContext,
     MemoryCandidateRequest,
     MemoryCitation,
