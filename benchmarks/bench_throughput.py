@@ -292,6 +292,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
         db: str | None = None, limit: int = 6, rounds: int = 5) -> dict[str, Any]:
     import faiss
 
+    from benchmarks.worker_tasks import TASK_MODULES
     from host_facades.engine_knn import open_readonly
     from memory_core.search.engine import SearchEngine
     from workers.pool import WorkerPool
@@ -329,7 +330,8 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
     from workers.shared import RETRIEVAL_PIPELINE_DEPTH
 
     # configured like MemoryCore's shared retrieval pool (workers/shared.py)
-    pools = {n: WorkerPool("retrieval", n, idle_timeout_s=None, pipeline_depth=RETRIEVAL_PIPELINE_DEPTH) for n in (1, 2)}
+    pools = {n: WorkerPool("retrieval", n, idle_timeout_s=None, pipeline_depth=RETRIEVAL_PIPELINE_DEPTH,
+                          task_modules=TASK_MODULES) for n in (1, 2)}
     for pool in pools.values():
         pool.prewarm()
     retrievers = {n: PooledRetriever(db, pools[n]) for n in pools}

@@ -15,6 +15,7 @@ from host_facades.vectors import encode_vector
 from tests.helpers import runtime_infos
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
+from tests.worker_tasks import TASK_MODULES
 
 ROWS = shared_vectors.SHARED_MIN_ROWS  # the smallest generation that is shared
 DIMS = 8
@@ -44,7 +45,7 @@ def files(db: str) -> list[str]:
 
 
 def test_two_workers_build_a_generation_once_and_map_the_same_files(fresh):
-    pool = WorkerPool("retrieval", 2, idle_timeout_s=None)
+    pool = WorkerPool("retrieval", 2, idle_timeout_s=None, task_modules=TASK_MODULES)
     try:
         pool.prewarm()
         payload = {"db_path": fresh, "ops": vector_op(1), "metadata": None, "keep": []}

@@ -24,6 +24,7 @@ Workers never import ``memory_core``: the target is :func:`workers.runtime.worke
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import itertools
 import os
 import pickle
@@ -167,7 +168,10 @@ class _RunResult:
 
 
 class WorkerPool:
-    """A bounded pool of worker processes; each runs one task at a time (spec §8.1)."""
+    """A bounded pool of worker processes; each runs one task at a time (spec §8.1).
+
+    ``task_modules``: modules every worker imports at start, which add tasks with
+    :func:`workers.tasks.task` (tests pass ``tests.worker_tasks``; the product needs none)."""
 
     def __init__(
         self,
@@ -181,6 +185,7 @@ class WorkerPool:
         restart_on_error: bool = False,
         start_method: str = "forkserver",
         pipeline_depth: int = 1,
+        task_modules: tuple[str, ...] = (),
     ) -> None:
         size = os.cpu_count() or 1 if size is None else size
         for key, value in (("size", size), ("max_pending_tasks", max_pending_tasks),
@@ -195,6 +200,8 @@ class WorkerPool:
         self.idle_timeout_s = idle_timeout_s
         self.restart_on_error = restart_on_error
         self.start_method = start_method
+        # modules each worker imports at start to register extra tasks (tests' diagnostics)
+        self.task_modules = tuple(task_modules)
         # Tasks a busy worker may hold: 1 = one at a time; 2 = the next task already waits in the
         # worker's pipe, so a worker never idles while the owner's dispatcher thread gets CPU to
         # hand it the next one (on 2 cores shared with the owner that gap cost ~25% of the worker).
@@ -453,7 +460,7 @@ class WorkerPool:
         try:
             req_r, req_w = mp_connection.Pipe(duplex=False)
             replies = [mp_connection.Pipe(duplex=False) for _ in range(self.pipeline_depth)]
-            proc = make_process(self.start_method, worker_main, (req_r, [w for _, w in replies], self.name),
+            proc = make_process(self.start_method, worker_main, (req_r, [w for _, w in replies], self.name, self.task_modules),
                                 f"memory-core-{self.name}-{slot.index}")
             proc.start()
             req_r.close()
@@ -852,8 +859,11 @@ def _readable(fd: int) -> bool:
 class InlinePool:
     """``pool.workers = 0``: the same task functions, run synchronously in the owner process."""
 
-    def __init__(self, name: str = "inline") -> None:
+    def __init__(self, name: str = "inline", *, task_modules: tuple[str, ...] = ()) -> None:
         from workers import tasks
+
+        for module in task_modules:
+            importlib.import_module(module)
 
         self.name = name
         self.size = 0

@@ -6,6 +6,7 @@ Imported in worker processes (and preloaded in the forkserver), so it must impor
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import signal
@@ -47,9 +48,10 @@ def _failed(message: str) -> tuple[bool, dict]:
     return False, {"code": "failed", "message": message, "type": "WorkerError"}
 
 
-def worker_main(requests, replies, pool_name: str) -> None:
+def worker_main(requests, replies, pool_name: str, task_modules: tuple[str, ...] = ()) -> None:
     """Serve tasks from the ``requests`` pipe one at a time until EOF or ``("exit",)``; answer
-    each on its reply channel (``replies``: the write ends, one per channel).
+    each on its reply channel (``replies``: the write ends, one per channel). ``task_modules`` are
+    imported first: they add tasks to ``workers.tasks`` (see :func:`workers.tasks.task`).
 
     Workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and it is the
     owner's to handle (it ends the pool); a worker must not die of it mid-task with a traceback."""
@@ -57,6 +59,8 @@ def worker_main(requests, replies, pool_name: str) -> None:
     pin_threads()
     from workers import tasks
 
+    for module in task_modules:
+        importlib.import_module(module)
     _pin_loaded_libraries()
     ctx = tasks.WorkerContext(pool_name=pool_name)
     reader = FrameReader(requests.fileno())

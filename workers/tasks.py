@@ -10,7 +10,6 @@ generation, and the task reports that generation (``revision``) and the file ide
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,6 +94,10 @@ CONTROLS: dict[str, Callable[[Any, WorkerContext], None]] = {}
 
 
 def task(name: str):
+    """Register ``fn(payload, ctx)`` as the task ``name``. A module of extra tasks (tests'
+    diagnostics, a benchmark's probe) registers its own with this decorator and is named in the
+    pool's ``task_modules``: every worker imports it at start."""
+
     def deco(fn):
         TASKS[name] = fn
         return fn
@@ -110,62 +113,12 @@ def control(name: str):
     return deco
 
 
-# --- diagnostics and CPU tasks (pool tests, prewarm) ------------------------------------------
-
-
-@task("ping")
-def ping(payload: Any, ctx: WorkerContext) -> Any:
-    return payload
-
-
-@task("pid")
-def pid(payload: Any, ctx: WorkerContext) -> int:
-    return os.getpid()
-
-
-@task("sleep")
-def sleep(payload: dict, ctx: WorkerContext) -> float:
-    time.sleep(float(payload.get("seconds", 0)))
-    return float(payload.get("seconds", 0))
-
-
-@task("spin")
-def spin(payload: dict, ctx: WorkerContext) -> int:
-    """Pure-Python CPU work (sum of squares below ``n``): a stand-in for chunk preparation cost."""
-    n = int(payload.get("n", 100_000))
-    return sum(i * i for i in range(n))
-
-
 def _unreadable_as_task_error(db_path: str, exc: BaseException) -> None:
     """An index file SQLite cannot read crosses the boundary as its typed error's code (the owner
     raises IndexCorrupt / IndexUnreadable), not as a generic task failure."""
     err = unreadable(db_path, exc)
     if err is not None:
         raise TaskError.from_data(err.to_data()) from None
-
-
-@task("fail")
-def fail(payload: dict, ctx: WorkerContext) -> None:
-    message = str(payload.get("message", "requested failure"))
-    if payload.get("type"):
-        raise TaskError(str(payload["type"]), str(payload.get("code", "failed")), message)
-    raise ValueError(message)
-
-
-@task("runtime_info")
-def runtime_info(payload: Any, ctx: WorkerContext) -> dict:
-    """What a worker has loaded and how its threads are pinned (checked by the isolation tests)."""
-    info: dict[str, Any] = {
-        "pid": os.getpid(),
-        "modules": sorted(m for m in sys.modules if m.startswith(("memory_core", "workers", "host_facades"))),
-        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
-        "derived_keys": [list(k) for k in ctx.cache.keys()],
-        "shared_vector_builds": shared_vectors.BUILDS,
-        "tasks_run": ctx.tasks_run,
-    }
-    if "faiss" in sys.modules:
-        info["faiss_threads"] = int(sys.modules["faiss"].omp_get_max_threads())
-    return info
 
 
 @control("retain")
@@ -312,19 +265,6 @@ def _hit_ids(result: Any) -> list[str]:
     return ids
 
 
-def _hold(spec: dict | None) -> None:
-    """Test hook: after the snapshot is taken, signal and wait (bounded) for a release file."""
-    if not spec:
-        return
-    tmp = f"{spec['signal']}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(os.getpid()))
-    os.replace(tmp, spec["signal"])  # atomic: a watcher never sees an empty signal file
-    deadline = time.monotonic() + float(spec.get("timeout_s", 10))
-    while not os.path.exists(spec["release"]) and time.monotonic() < deadline:
-        time.sleep(0.005)
-
-
 @task("retrieve")
 def retrieve(payload: dict, ctx: WorkerContext) -> dict:
     """Run several retrieval ops and the metadata read in ONE read transaction (one generation).
@@ -372,7 +312,6 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
     """All reads of one retrieval task, inside the caller's read transaction."""
     env = {"db_id": db_id, "revision": revision, "db_path": db_path}
     ctx.cache.retain(db_id, set(payload.get("keep", ())) | {revision})
-    _hold(payload.get("hold"))
     results = []
     for op in ops:
         fn = OPS.get(op.get("op", ""))
