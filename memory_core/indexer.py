@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from host_facades.engine_indexing import PreparedChunk, prepare_chunks
-from host_facades.engine_knn import CORRUPT_ERRORS
+from host_facades.sqlite_read import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
 from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter

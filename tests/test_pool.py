@@ -237,7 +237,8 @@ def test_inline_pool_runs_the_same_tasks_in_process():
         retrieval.run("fail", {"type": "InvalidRequest", "code": "invalid_request"})
 
 
-@pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "host_facades.engine_knn",
+@pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "workers.frames", "workers.launch",
+                                    "host_facades.engine_knn", "host_facades.sqlite_read", "host_facades.vector_state",
                                     "host_facades.lexical", "host_facades.vector_search",
                                     "host_facades.engine_indexing", "host_facades.ranking",
                                     "host_facades.search_run"])

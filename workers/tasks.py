@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from host_facades import engine_knn, shared_vectors
-from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot, unreadable
+from host_facades.engine_knn import DerivedStateCache
+from host_facades.sqlite_read import SQLITE_IDLE_HANDLE_TTL_S, db_identity, open_readonly, read_snapshot, unreadable
+from host_facades.vector_state import model_key
 from host_facades.vectors import decode_vector
 
 MAX_CACHED_READERS = 8
@@ -67,7 +68,7 @@ class WorkerContext:
         """A read-only connection to ``db_path`` whose file identity is ``ident`` (cached)."""
         now = time.monotonic()
         for path, (conn, _ident, used) in list(self.readers.items()):
-            if now - used > engine_knn.SQLITE_IDLE_HANDLE_TTL_S:
+            if now - used > SQLITE_IDLE_HANDLE_TTL_S:
                 self.drop_reader(path)
         entry = self.readers.get(db_path)
         if entry is not None and entry[1] == ident:
@@ -212,7 +213,7 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     if backend not in ("auto", "faiss", "numpy"):
         raise TaskError("InvalidRequest", "invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
     model = op.get("model")
-    key = (env["db_id"], env["revision"], engine_knn.model_key(model))
+    key = (env["db_id"], env["revision"], model_key(model))
     state = ctx.cache.get_or_build(conn, key)
     sources = op.get("sources")
     # the same VectorState.search as in-process searches (host_facades.vector_search): identical results
@@ -231,7 +232,7 @@ def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
     from host_facades.search_run import run_search
 
     def vector_state(conn, model):
-        return ctx.cache.get_or_build(conn, (env["db_id"], env["revision"], engine_knn.model_key(model)))
+        return ctx.cache.get_or_build(conn, (env["db_id"], env["revision"], model_key(model)))
 
     return run_search(conn, op["req"], vector_state=vector_state, db_id=env["db_id"])
 

@@ -713,7 +713,7 @@ def _clamp_results(value: int | None, default: int) -> int:
 
 
 def _db_identity(db_path: str) -> str | None:
-    from host_facades.engine_knn import db_identity
+    from host_facades.sqlite_read import db_identity
 
     try:
         return db_identity(db_path)

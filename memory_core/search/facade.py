@@ -55,7 +55,7 @@ def close_engine(core: Any) -> None:
 
 
 def _is_indexed_session(db_path: str, rel_path: str) -> bool:
-    from host_facades.engine_knn import open_readonly
+    from host_facades.sqlite_read import open_readonly
 
     if not os.path.exists(db_path):
         return False

@@ -16,7 +16,7 @@ from typing import cast
 
 import apsw
 
-from host_facades.engine_knn import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
+from host_facades.sqlite_read import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
 from memory_core.errors import IndexUnreadable, StateDirNotWritable, error_from_data
 
 
