@@ -207,7 +207,7 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     q = decode_vector(qvec) if isinstance(qvec, (bytes, bytearray)) else np.asarray(qvec, dtype=np.float32)
     backend = op.get("backend", "auto")
     if backend == "sqlite-vec":
-        from host_facades import vector_search  # H4
+        from host_facades import vector_search
 
         return vector_search.knn_search(conn, q, limit=int(op["limit"]), model=op["model"], backend="sqlite-vec")
     if backend not in ("auto", "faiss", "numpy"):
@@ -334,7 +334,7 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
 
 @task("prepare")
 def prepare(payload: dict, ctx: WorkerContext) -> list:
-    """``host_facades.engine_indexing.prepare_chunks(**payload)`` (H1's pure pipeline, §2.4)."""
+    """``host_facades.engine_indexing.prepare_chunks(**payload)`` (the pure chunking pipeline, §2.4)."""
     from host_facades.engine_indexing import prepare_chunks
 
     return prepare_chunks(**payload)

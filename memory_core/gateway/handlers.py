@@ -87,7 +87,7 @@ class MemoryService:
         from memory_core.core import MemoryCore
 
         core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
-        core.freshness.start()  # H8: watcher, interval and startup catch-up while serving
+        core.freshness.start()  # watcher, interval and startup catch-up while serving
         return core
 
     def agent_config(self, agent_id: str) -> MemoryCoreConfig:
