@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import multiprocess
-from multiprocess import popen_forkserver, popen_spawn_posix, spawn
+from multiprocess import connection, popen_forkserver, popen_spawn_posix, spawn
 from multiprocess.context import ForkServerProcess, SpawnProcess
 
 START_METHODS = ("forkserver", "spawn")
@@ -100,3 +100,23 @@ def make_process(start_method: str, target: Callable[..., None], args: tuple, na
     get_context(start_method)  # validates the method and sets the forkserver's preload list once
     cls = ForkServerWorkerProcess if start_method == "forkserver" else SpawnWorkerProcess
     return cls(target=target, args=args, name=name, daemon=True)
+
+
+def start_worker(start_method: str, target: Callable[..., None], *, name: str, channels: int,
+                 args: tuple = ()) -> tuple[Any, Any, list[Any]]:
+    """Start ``target(requests, replies, *args)`` in a new worker process with one request pipe and
+    ``channels`` reply pipes; returns ``(process, request write end, reply read ends)`` (the
+    child's ends are closed here)."""
+    req_r, req_w = connection.Pipe(duplex=False)
+    replies = [connection.Pipe(duplex=False) for _ in range(channels)]
+    proc = make_process(start_method, target, (req_r, [w for _, w in replies], *args), name)
+    try:
+        proc.start()
+    except BaseException:
+        for handle in (req_r, req_w, *(h for pair in replies for h in pair)):
+            handle.close()
+        raise
+    req_r.close()
+    for _, w in replies:
+        w.close()
+    return proc, req_w, [r for r, _ in replies]

@@ -47,7 +47,7 @@ from memory_core.errors import (
     error_from_data,
 )
 from workers.frames import NO_REPLY, read_frame, write_frame
-from workers.launch import get_context, make_process
+from workers.launch import get_context, start_worker
 from workers.runtime import worker_main
 
 DEFAULT_MAX_PENDING_TASKS = 1024
@@ -458,14 +458,9 @@ class WorkerPool:
     def _start_slot(self, slot: _Slot) -> None:
         """Start a worker process for ``slot`` (called without the lock; may take tens of ms)."""
         try:
-            req_r, req_w = mp_connection.Pipe(duplex=False)
-            replies = [mp_connection.Pipe(duplex=False) for _ in range(self.pipeline_depth)]
-            proc = make_process(self.start_method, worker_main, (req_r, [w for _, w in replies], self.name, self.task_modules),
-                                f"memory-core-{self.name}-{slot.index}")
-            proc.start()
-            req_r.close()
-            for _, w in replies:
-                w.close()
+            proc, req_w, reply_rs = start_worker(
+                self.start_method, worker_main, name=f"memory-core-{self.name}-{slot.index}",
+                channels=self.pipeline_depth, args=(self.name, self.task_modules))
         except Exception as exc:  # noqa: BLE001
             with self._lock:
                 if slot in self._slots:
@@ -478,16 +473,16 @@ class WorkerPool:
             self.stats["started"] += 1
             slot.proc = proc
             slot.sentinel = proc.sentinel
-            slot.handles = (req_w, *(r for r, _ in replies))
+            slot.handles = (req_w, *reply_rs)
             slot.request_fd = req_w.fileno()
-            slot.channel_fds = [r.fileno() for r, _ in replies]
+            slot.channel_fds = [r.fileno() for r in reply_rs]
             for fd in slot.channel_fds:
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
                 poller.register(proc.sentinel, select.POLLIN)
                 slot.pollers.append(poller)
-            slot.owners = [None] * len(replies)
-            slot.free = list(range(len(replies) - 1, -1, -1))
+            slot.owners = [None] * len(reply_rs)
+            slot.free = list(range(len(reply_rs) - 1, -1, -1))
             if self._closed or slot.state == "retiring":
                 proc.kill()
                 return
