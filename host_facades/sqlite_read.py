@@ -30,12 +30,14 @@ READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)
 CORRUPT_ERRORS = (apsw.NotADBError, apsw.CorruptError)
 
 
+# the memory_core.errors class of each DatabaseUnreadable code (named: workers never import it)
+_ERROR_TYPES = {"index_corrupt": "IndexCorrupt", "index_unreadable": "IndexUnreadable"}
+
+
 class DatabaseUnreadable(Exception):
     """The database file cannot be read. ``code`` is ``"index_corrupt"`` (not a readable SQLite
     database) or ``"index_unreadable"`` (it cannot be opened read-only; the message says why).
     :meth:`to_data` is the data of the owner's error (``IndexCorrupt`` / ``IndexUnreadable``)."""
-
-    ERROR_TYPES = {"index_corrupt": "IndexCorrupt", "index_unreadable": "IndexUnreadable"}
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -44,7 +46,7 @@ class DatabaseUnreadable(Exception):
 
     def to_data(self) -> dict[str, str]:
         """``MemoryCoreError.to_data()`` of the owner-side error this failure is."""
-        return {"code": self.code, "message": self.message, "type": self.ERROR_TYPES[self.code]}
+        return {"code": self.code, "message": self.message, "type": _ERROR_TYPES[self.code]}
 
 
 def corrupt_message(db_path: str, exc: BaseException) -> str:

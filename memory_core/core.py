@@ -530,8 +530,8 @@ class MemoryCore:
         return out
 
     def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
-        from host_facades.sqlite_read import CORRUPT_ERRORS, open_readonly
         from host_facades.sqlite_ext import load_sqlite_vec
+        from host_facades.sqlite_read import CORRUPT_ERRORS, open_readonly
 
         try:
             conn = open_readonly(self.db_path, load_vec=False)

@@ -18,9 +18,9 @@ from memory_core.errors import CursorExpired, WorkerUnavailable
 from memory_core.generations import CursorPins, GenerationLeases, GenerationMismatch, run_consistent
 from memory_core.store import schema
 from tests.helpers import runtime_infos
+from tests.worker_tasks import TASK_MODULES
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
-from tests.worker_tasks import TASK_MODULES
 
 DIMS = 8
 MODEL = "fake-8"

@@ -126,9 +126,9 @@ def _gateway_calls(config, params_list):
     service = MemoryService(config)
 
     async def run():
-        async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server:
-            async with await GatewayClient.open(server.url, token=TOKEN) as client:
-                return [await client.call("memory.search", params) for params in params_list]
+        async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server, \
+                await GatewayClient.open(server.url, token=TOKEN) as client:
+            return [await client.call("memory.search", params) for params in params_list]
 
     try:
         return asyncio.run(run())

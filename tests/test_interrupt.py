@@ -18,8 +18,8 @@ from memory_core.config import load_config
 from memory_core.core import MemoryCore
 from memory_core.errors import IndexCorrupt, reason_of
 from tests.helpers import wait_for
-from workers.pool import WorkerPool
 from tests.worker_tasks import TASK_MODULES
+from workers.pool import WorkerPool
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = ["orbit", "valve", "sensor", "apogee", "stage", "burn", "gimbal", "payload", "fairing", "telemetry"]

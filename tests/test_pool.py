@@ -20,8 +20,8 @@ from memory_core.errors import (
     WorkerUnavailable,
 )
 from tests.helpers import wait_for
-from workers.pool import InlinePool, WorkerPool, create_pools
 from tests.worker_tasks import TASK_MODULES
+from workers.pool import InlinePool, WorkerPool, create_pools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

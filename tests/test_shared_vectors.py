@@ -14,9 +14,9 @@ from host_facades.engine_knn import DerivedStateCache
 from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
 from tests.helpers import runtime_infos
+from tests.worker_tasks import TASK_MODULES
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
-from tests.worker_tasks import TASK_MODULES
 
 ROWS = shared_vectors.SHARED_MIN_ROWS  # the smallest generation that is shared
 DIMS = 8

@@ -23,6 +23,7 @@ Workers never import ``memory_core``: the target is :func:`workers.runtime.worke
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures
 import importlib
 import itertools
@@ -32,7 +33,6 @@ import select
 import signal
 import threading
 import time
-import _thread
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any

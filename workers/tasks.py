@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from host_facades.engine_knn import DerivedStateCache
-from host_facades.sqlite_read import SQLITE_IDLE_HANDLE_TTL_S, db_identity, open_readonly, read_snapshot, unreadable
+from host_facades.sqlite_read import (
+    SQLITE_IDLE_HANDLE_TTL_S,
+    db_identity,
+    open_readonly,
+    read_snapshot,
+    unreadable,
+)
 from host_facades.vector_state import model_key
 from host_facades.vectors import decode_vector
 
