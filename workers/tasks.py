@@ -121,7 +121,7 @@ def control(name: str):
 
 
 def _unreadable_as_task_error(db_path: str, exc: BaseException) -> None:
-    """An index file SQLite cannot read crosses the boundary as its typed error's code (the owner
+    """An index file SQLite cannot read crosses the boundary as its typed error's data (the owner
     raises IndexCorrupt / IndexUnreadable), not as a generic task failure."""
     err = unreadable(db_path, exc)
     if err is not None:
