@@ -169,5 +169,8 @@ def _cmd_get(args: argparse.Namespace) -> int:
     if result.status == "not_found":
         print(f"error: {escape_control(args.path)} not found", file=sys.stderr)
         return 1
-    sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+    if result.note:
+        print(f"note: {escape_control(result.note)}", file=sys.stderr)
+    elif result.text:
+        sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
     return 0
