@@ -462,6 +462,14 @@ class MemoryCore:
         with index_errors(self.db_path):
             return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
 
+    def files(self, *, sources: Sequence[str] | None = None) -> list[Any]:
+        """The indexed files (``memory-core files``): a list of ``IndexedFile``, by source then path."""
+        from memory_core.files_cli import list_indexed_files
+
+        self._check_open()
+        with index_errors(self.db_path):
+            return list_indexed_files(self.db_path, list(sources) if sources else None)
+
     # ------------------------------------------------------------------ status
     def _dirty_for_status(self) -> bool:
         """Whether the index is behind its files. Without a running watcher (a one-shot CLI
