@@ -201,7 +201,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
                          f"{escape_control(last['problems'][0]['message'])}")
     if args.deep:
         pc = st.get("provider_check") or {}
-        lines.append("Embeddings: " + ("available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
+        if pc.get("mode") == "fts-only":
+            lines.append(f"Embeddings: none ({pc.get('reason')})")
+        else:
+            lines.append("Embeddings: " + ("available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
         if "integrity" in st:
             lines.append(f"Integrity: {st['integrity']}" + (
                 "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))

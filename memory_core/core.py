@@ -596,8 +596,9 @@ class MemoryCore:
             provider = self.provider
         except MemoryCoreError as exc:
             return {"available": False, "error": exc.message}
-        if provider is None:
-            return {"available": True, "mode": "fts-only"}
+        if provider is None:  # nothing to check, and nothing to call available: search is keyword-only
+            return {"available": False, "mode": "fts-only",
+                    "reason": f"no embedding provider (provider = {self.config.provider!r}); search is keyword-only"}
         info = {"available": True, "mode": "semantic", "id": str(provider.id), "model": str(provider.model),
                 "dims": getattr(provider, "dims", None)}
         try:

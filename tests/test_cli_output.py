@@ -162,3 +162,14 @@ def test_benchmark_json_is_camel_case(capsys):
 
     emit(argparse.Namespace(json="-"), {"in_process": {"p50_ms": 1.5}, "label": "x"}, None)
     assert json.loads(capsys.readouterr().out) == {"inProcess": {"p50Ms": 1.5}, "label": "x"}
+
+
+def test_status_deep_does_not_call_embeddings_available_without_a_provider(ws, capsys):
+    args = ["--workspace", str(ws), "--config", str(ws / "none.json")]
+    (ws / "none.json").write_text('{"provider": "none"}', encoding="utf-8")
+    rc, out, _ = run(capsys, "status", "--deep", *args)
+    assert rc == 0 and "Embeddings: none (no embedding provider (provider = 'none'); search is keyword-only)" in out
+    rc, out, _ = run(capsys, "status", "--deep", "--json", *args)
+    assert json.loads(out)["providerCheck"] == {
+        "available": False, "mode": "fts-only",
+        "reason": "no embedding provider (provider = 'none'); search is keyword-only"}
