@@ -232,6 +232,10 @@ def _next_line(fh: Any, keep: int) -> tuple[bytes, bool] | None:
             return (data[:-1] if data.endswith(b"\n") else data), True
 
 
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
 def _read_window(abs_path: str, shown: str, start: int, count: int, budget: int,
                  ) -> tuple[list[str], bool, int] | None:
     """Lines ``start .. start+count-1`` of a memory file (fewer once they exceed ``budget``
@@ -241,12 +245,13 @@ def _read_window(abs_path: str, shown: str, start: int, count: int, budget: int,
     from memory_core.sources import MAX_FILE_BYTES
 
     try:
-        fh = open(abs_path, "rb")  # noqa: SIM115 - closed below, after fstat
-    except (FileNotFoundError, NotADirectoryError):
+        # non-blocking open: a FIFO named like a memory file must not hang the read (fstat refuses it)
+        fh = open(abs_path, "rb", opener=_open_nonblocking)  # noqa: SIM115 - closed below, after fstat
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     except OSError as exc:
-        raise SourceReadError(f"cannot read {shown!r} ({exc.strerror or exc}); fix its permissions",
-                              code="unreadable") from exc
+        fix = "; fix its permissions" if isinstance(exc, PermissionError) else ""
+        raise SourceReadError(f"cannot read {shown!r} ({exc.strerror or exc}){fix}", code="unreadable") from exc
     # a line longer than this many UTF-8 bytes holds more than ``budget`` characters: it is cut anyway
     keep = 4 * budget + 4
     with fh:

@@ -133,6 +133,13 @@ def test_get_refuses_a_file_over_the_indexing_size_limit(ws):
 # ------------------------------------------------------------------ OS errors are one-line errors
 
 
+def test_a_fifo_or_folder_named_like_a_memory_file_is_not_found_without_blocking(ws):
+    os.mkfifo(ws / "memory" / "pipe.md")  # opening it for reading would wait for a writer forever
+    (ws / "memory" / "folder.md").mkdir()
+    assert get(ws, "memory/pipe.md").to_dict() == {"status": "not_found", "text": "", "path": "memory/pipe.md"}
+    assert get(ws, "memory/folder.md").status == "not_found"
+
+
 class _FailingFile:
     """An open file whose reads fail like a disk that returns EIO."""
 
