@@ -16,8 +16,8 @@ the text fits, a single over-long line is hard-truncated, and a truncated result
 
 Lines: a final newline ends the last line, it does not start an empty one (a 9-line file written
 line by line has 9 lines, so reading line 9 gives no "Use from=10" hint). A ``from`` past the last
-line gives an explicit empty result (``lines`` 0, the upstream shape) with a ``note`` naming the
-file's line count.
+line (for a transcript: past the JSONL line of its last message) gives an explicit empty result
+(``lines`` 0, the upstream shape) with a ``note`` naming where the file ends.
 
 Reads are bounded: a memory file over :data:`memory_core.sources.MAX_FILE_BYTES` (the limit
 indexing applies) is refused, the file is read only up to the end of the requested window (one
@@ -172,8 +172,13 @@ def build_session_read_result(content: str, line_map: Sequence[int], rel_path: s
     if truncated and (text or hard):
         # never suggest reading the raw transcript: it holds what indexing filters out
         text += _notice(next_from, False)
+    last = line_map[-1] if line_map else 0
+    note = None
+    if start > max(last, 1):
+        note = (f"from={start} is past the last message of {rel_path} (JSONL line {last}); nothing to read"
+                f" (use from={max(last, 1)} or less)")
     return ReadResult(text=text, path=rel_path, from_=start, lines=covered, truncated=truncated,
-                      next_from=next_from)
+                      next_from=next_from, note=note)
 
 
 def _inside(root: str, path: str) -> bool:

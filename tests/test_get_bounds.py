@@ -202,3 +202,15 @@ def test_cli_get_of_a_mode_000_file_is_a_one_line_error(ws, tmp_path):
 def test_cli_get_json_carries_the_note(ws, capsys):
     assert cli_main(["get", "memory/nine.md", "--from", "10", "--json", "--workspace", str(ws)]) == 0
     assert json.loads(capsys.readouterr().out)["note"].startswith("from=10 is past the end of memory/nine.md")
+
+
+def test_a_transcript_read_past_its_last_message_has_a_note():
+    from memory_core.read_file import build_session_read_result
+
+    flat, line_map = "User: a\nAssistant: b", (2, 5)
+    assert build_session_read_result(flat, line_map, "sessions/x.jsonl", from_=6).to_dict() == {
+        "text": "", "path": "sessions/x.jsonl", "from": 6, "lines": 0,
+        "note": "from=6 is past the last message of sessions/x.jsonl (JSONL line 5); nothing to read "
+                "(use from=5 or less)"}
+    assert "note" not in build_session_read_result(flat, line_map, "sessions/x.jsonl", from_=5).to_dict()
+    assert "note" not in build_session_read_result("", (), "sessions/empty.jsonl").to_dict()
