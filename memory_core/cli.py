@@ -135,7 +135,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
             print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
                   "(with its -wal/-shm, if any) and rebuilt from scratch")
         mode = "full rebuild" if summary.full else "incremental"
-        print(f"Indexed {core.workspace} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
+        print(f"Indexed {escape_control(core.workspace)} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
         print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
               f" removed {summary.removed}, unchanged {summary.unchanged}"
               + (f", forgotten {summary.forgotten}" if summary.forgotten else ""))
@@ -204,7 +204,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if pc.get("mode") == "fts-only":
             lines.append(f"Embeddings: none ({pc.get('reason')})")
         else:
-            lines.append("Embeddings: " + ("available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
+            lines.append("Embeddings: " + (
+                "available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
         if "integrity" in st:
             lines.append(f"Integrity: {st['integrity']}" + (
                 "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))

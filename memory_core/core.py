@@ -597,8 +597,8 @@ class MemoryCore:
         except MemoryCoreError as exc:
             return {"available": False, "error": exc.message}
         if provider is None:  # nothing to check, and nothing to call available: search is keyword-only
-            return {"available": False, "mode": "fts-only",
-                    "reason": f"no embedding provider (provider = {self.config.provider!r}); search is keyword-only"}
+            reason = f"no embedding provider (provider = {self.config.provider!r}); search is keyword-only"
+            return {"available": False, "mode": "fts-only", "reason": reason}
         info = {"available": True, "mode": "semantic", "id": str(provider.id), "model": str(provider.model),
                 "dims": getattr(provider, "dims", None)}
         try:

@@ -24,7 +24,8 @@ _FILES_SQL = (
 
 @dataclass(frozen=True)
 class IndexedFile:
-    """One indexed file: ``size`` in bytes and ``mtime_ms`` as indexed, ``indexed_at`` in ms since the epoch."""
+    """One indexed file: ``size`` in bytes and ``mtime_ms`` as indexed, ``indexed_at`` in ms since
+    the epoch."""
 
     path: str
     source: str
@@ -78,10 +79,11 @@ def format_files(files: list[IndexedFile]) -> str:
         return "No files indexed (run `memory-core index`).\n"
     lines = [f"{'SOURCE':<9} {'CHUNKS':>6} {'SIZE':>9}  {'LAST INDEXED':<19}  PATH"]
     for f in files:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(f.indexed_at / 1000)) if f.indexed_at else "-"
+        when = "-" if not f.indexed_at else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(f.indexed_at / 1000))
         lines.append(f"{f.source:<9} {f.chunks:>6} {_size(f.size):>9}  {when:<19}  {escape_control(f.path)}")
     total = sum(f.chunks for f in files)
-    lines.append(f"{len(files)} file{'' if len(files) == 1 else 's'}, {total} chunk{'' if total == 1 else 's'}")
+    plural = ("" if len(files) == 1 else "s", "" if total == 1 else "s")
+    lines.append(f"{len(files)} file{plural[0]}, {total} chunk{plural[1]}")
     return "\n".join(lines) + "\n"
 
 
@@ -102,8 +104,9 @@ def _cmd_files(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("files", parents=[common], help="list the indexed files",
-                              description="The files the index holds: source, chunks, size and when each was "
-                                          "last indexed. Lists the index as it is; `memory-core index` updates it.")
+                              description="The files the index holds: source, chunks, size and when each "
+                                          "was last indexed. Lists the index as it is; `memory-core index` "
+                                          "updates it.")
     p.add_argument("--source", action="append", choices=["memory", "sessions"], default=None,
                    help="only this source (repeatable; default: all)")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -106,8 +106,8 @@ def build_read_result(content: str, rel_path: str, *, from_: int | None = None, 
                               suggest_read_fallback=suggest_read_fallback, note=note)
 
 
-def build_slice_result(selected: Sequence[str], rel_path: str, *, start: int, more_source: bool,
-                       max_chars: int, suggest_read_fallback: bool = True, note: str | None = None) -> ReadResult:
+def build_slice_result(selected: Sequence[str], rel_path: str, *, start: int, more_source: bool, max_chars: int,
+                       suggest_read_fallback: bool = True, note: str | None = None) -> ReadResult:
     """Fit already-selected lines (from line ``start``) to ``max_chars`` like upstream
     ``buildMemoryReadResultFromSlice``; ``more_source``: the file has lines after ``selected``."""
     budget = max_chars
@@ -124,8 +124,8 @@ def build_slice_result(selected: Sequence[str], rel_path: str, *, start: int, mo
     truncated = char_cut or more_source
     if truncated and (text or hard):
         text += _notice(next_from, hard and suggest_read_fallback)
-    return ReadResult(text=text, path=rel_path, from_=start, lines=included, truncated=truncated, next_from=next_from,
-                      note=note)
+    return ReadResult(text=text, path=rel_path, from_=start, lines=included, truncated=truncated,
+                      next_from=next_from, note=note)
 
 
 def build_session_read_result(content: str, line_map: Sequence[int], rel_path: str, *, from_: int | None = None,
@@ -256,7 +256,8 @@ def _read_window(abs_path: str, shown: str, start: int, count: int, budget: int,
         return None
     except OSError as exc:
         fix = "; fix its permissions" if isinstance(exc, PermissionError) else ""
-        raise SourceReadError(f"cannot read {shown!r} ({exc.strerror or exc}){fix}", code="unreadable") from exc
+        raise SourceReadError(f"cannot read {shown!r} ({exc.strerror or exc}){fix}",
+                              code="unreadable") from exc
     # a line longer than this many UTF-8 bytes holds more than ``budget`` characters: it is cut anyway
     keep = 4 * budget + 4
     with fh:
