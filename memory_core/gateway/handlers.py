@@ -1,4 +1,5 @@
-"""The gateway memory methods: ``memory.search`` (v1 and v2), ``memory.get`` and ``memory.status``.
+"""The gateway memory methods: ``memory.search`` (v1 and v2), ``memory.get``, ``memory.status``,
+``memory.flushPlan`` and ``doctor.memory.status``.
 
 v1 (no ``version`` or ``version: 1``) answers in the released OpenClaw 2026.9.6 shape
 ``{agentId, provider, searchMode, results, stale?, warning?, action?}`` from the agent's engine
@@ -12,6 +13,7 @@ close the lease. Blocking engine work runs in threads so the event loop keeps se
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +45,8 @@ PROVIDER_ID = "memory-core"
 REQUEST_NOT_CURRENT = "Memory request authority is no longer active"
 REQUIRES_OPERATOR = "Memory provider reads require an authenticated operator connection"
 PROVIDER_UNAVAILABLE = "Memory provider unavailable"
+SKIPPED_EMBEDDING_PROBE = {"ok": False, "checked": False,
+                           "error": "memory embedding readiness not checked; run `openclaw memory status --deep` to probe"}
 
 
 def error_message(exc: BaseException) -> str:
@@ -140,6 +144,8 @@ class MemoryMethods:
             "memory.search": self.search,
             "memory.get": self.neutral,
             "memory.status": self.neutral,
+            "memory.flushPlan": self.flush_plan,
+            "doctor.memory.status": self.doctor_status,
         }
 
     async def call(self, method: str, params: Any, scope: RequestScope) -> dict[str, Any]:
@@ -227,19 +233,7 @@ class MemoryMethods:
         agent_id = self.service.agents.resolve_v2(params)
         provider = None
         try:
-            scope.assert_current()
-            session = scope.session
-            if session.role != "operator" or not session.conn_id:
-                raise Forbidden(REQUIRES_OPERATOR)
-            context = MemoryCallerContext(
-                authority=OperatorAuthority(scopes=tuple(session.scopes), conn_id=session.conn_id),
-                assert_current=scope.assert_current,
-                signal=scope.signal,
-            )
-            await asyncio.to_thread(self.service.preopen, agent_id)
-            acquired = await self.service.host.open(
-                MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose="cli", cfg=self.service.config)
-            )
+            acquired = await self._open_as_operator(agent_id, scope, "cli")
             provider = acquired.provider
             if provider is None:
                 raise RuntimeError(acquired.error or PROVIDER_UNAVAILABLE)
@@ -263,3 +257,72 @@ class MemoryMethods:
                 except Exception:  # noqa: BLE001 - the response is already decided
                     pass
 
+    async def _open_as_operator(self, agent_id: str, scope: RequestScope, purpose: str) -> Any:
+        """Open the slot owner's provider for ``agent_id`` with the connection's operator authority."""
+        scope.assert_current()
+        session = scope.session
+        if session.role != "operator" or not session.conn_id:
+            raise Forbidden(REQUIRES_OPERATOR)
+        context = MemoryCallerContext(
+            authority=OperatorAuthority(scopes=tuple(session.scopes), conn_id=session.conn_id),
+            assert_current=scope.assert_current,
+            signal=scope.signal,
+        )
+        await asyncio.to_thread(self.service.preopen, agent_id)
+        return await self.service.host.open(
+            MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose, cfg=self.service.config)
+        )
+
+    def _doctor_agent(self, params: dict[str, Any]) -> str:
+        """``resolveDoctorMemoryAgent``: the requested agent (a string naming a configured one) or the default."""
+        raw = params.get("agentId")
+        if raw is None:
+            return self.service.agents.default
+        if not isinstance(raw, str):
+            raise invalid_request("agentId must be a string")
+        agent = self.service.agents.by_key.get(self.service.agents.normalize(raw))
+        if agent is None:
+            raise invalid_request(f'unknown agent id "{self.service.agents.normalize(raw)}"')
+        return agent
+
+    async def doctor_status(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
+        """``doctor.memory.status`` for a native owner (provider-runtime.md §4.3): the provider's health
+        read with operator authority and purpose "status"; any failure is ``health.status: unavailable``."""
+        agent_id = self._doctor_agent(params)
+        provider = None
+        provider_id = self.service.provider_id
+        try:
+            acquired = await self._open_as_operator(agent_id, scope, "status")
+            provider = acquired.provider
+            if provider is None:
+                raise RuntimeError(acquired.error or PROVIDER_UNAVAILABLE)
+            provider_id = acquired.provider_id or provider_id
+            health = to_json(await provider.health())
+            scope.assert_current()
+        except Exception as exc:  # noqa: BLE001 - the doctor reports every failure as health
+            health = {"status": "unavailable", "message": error_message(exc)}
+        finally:
+            scope.open = False
+            if provider is not None:
+                try:
+                    await provider.close()
+                except Exception:  # noqa: BLE001 - the response is already decided
+                    pass
+        return {"agentId": agent_id, "provider": provider_id, "health": health,
+                "embedding": dict(SKIPPED_EMBEDDING_PROBE)}
+
+    async def flush_plan(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
+        """``memory.flushPlan``: the agent's pre-compaction flush plan, ``plan: null`` when disabled."""
+        from memory_core.flush_plan import build_memory_flush_plan
+
+        agent_id = self.service.agents.resolve_v2(params)
+        now_ms = params.get("nowMs")
+        if now_ms is not None and (isinstance(now_ms, bool) or not isinstance(now_ms, int | float)
+                                   or not math.isfinite(now_ms)):
+            raise invalid_request("nowMs must be a finite number (epoch milliseconds)")
+        window = params.get("contextWindowTokens")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise invalid_request("contextWindowTokens must be a positive integer")
+        cfg = self.service.runtime.agent_config(agent_id)
+        plan = build_memory_flush_plan(cfg, now_ms, context_window_tokens=window)
+        return {"agentId": agent_id, "plan": None if plan is None else plan.to_json()}
