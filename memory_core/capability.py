@@ -10,6 +10,7 @@ the engines.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from memory_core.flush_plan import MemoryFlushPlan, build_memory_flush_plan
 from memory_core.prompt_section import build_prompt_section
 from memory_core.provider.legacy_runtime import MemoryCoreLegacyRuntime
 from memory_core.provider.runtime import RECALL_TOOL_NAMES, MemoryCoreProviderRuntime
+from memory_core.provider.types import MemoryCallerContext, MemoryProviderOpenParams, OperatorAuthority
 from memory_core.tools import MemoryTools, ToolContract
 
 PLUGIN_ID = "memory-core"
@@ -65,8 +67,9 @@ class PublicArtifacts:
         by_workspace: dict[str, list[str]] = {}
         for agent_id in dict.fromkeys([cfg.agent_id, *cfg.agents]):
             agent_cfg = self._runtime.agent_config(agent_id)
-            if agent_cfg is not None and agent_cfg.workspace:
-                by_workspace.setdefault(agent_cfg.workspace, []).append(agent_id)
+            if agent_cfg is not None:  # no workspace configured: the current directory, as MemoryCore
+                workspace = os.path.abspath(os.path.expanduser(agent_cfg.workspace or os.getcwd()))
+                by_workspace.setdefault(workspace, []).append(agent_id)
         return [a for ws, agents in by_workspace.items() for a in list_artifacts(ws, tuple(agents))]
 
 
@@ -106,6 +109,13 @@ class MemoryCapability:
                 tools.close()
             self._tools.clear()
         self.provider_runtime.close_all()
+
+
+def operator_open_params(agent_id: str, *, purpose: str = "status", conn_id: str = "host") -> MemoryProviderOpenParams:
+    """``provider_runtime.open`` parameters for the host itself acting as operator (status, CLI)."""
+    context = MemoryCallerContext(authority=OperatorAuthority(scopes=("operator.read",), conn_id=conn_id),
+                                  assert_current=lambda: None)
+    return MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose)
 
 
 def memory_capability(config: Any = None) -> MemoryCapability:

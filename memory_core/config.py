@@ -267,7 +267,7 @@ def parse_byte_size(value: int | str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-z]+)?", value.strip().lower())
     if not m or (m.group(2) or "b") not in _BYTE_UNITS:
         raise ValueError("must be a byte size like 512kb, 10mb, 1gb or 500")
-    return round(float(m.group(1)) * _BYTE_UNITS[m.group(2) or "b"])
+    return math.floor(float(m.group(1)) * _BYTE_UNITS[m.group(2) or "b"] + 0.5)  # JS Math.round
 
 
 class MemoryFlush(_Model):
