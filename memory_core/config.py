@@ -554,8 +554,6 @@ def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if g2:
         base = _deep_merge(base, mem["search"])
-        if "citations" in mem:
-            base["citations"] = mem["citations"]
         if isinstance(agents, Mapping):
             for aid, a in agents.items():
                 if isinstance(a, Mapping) and isinstance(a.get("memory"), Mapping):
@@ -575,6 +573,8 @@ def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
         for entry in agents.get("list") or []:
             if isinstance(entry, Mapping) and entry.get("id") and isinstance(entry.get("memorySearch"), Mapping):
                 overrides[str(entry["id"])] = dict(entry["memorySearch"])
+    if isinstance(mem, Mapping) and "citations" in mem:  # upstream memory.citations, in either shape
+        base["citations"] = mem["citations"]
     if overrides:
         base["agents"] = _deep_merge(base.get("agents") or {}, overrides)
     return base

@@ -98,7 +98,9 @@ def test_flush_settings_are_validated_and_read_from_openclaw_json(tmp_path):
         "compaction": {"reserveTokensFloor": 1, "memoryFlush": {"enabled": False, "prompt": "x"}}}},
         "memory": {"citations": "off"}}))
     cfg = load_config(path, env={})
-    assert (cfg.user_timezone, cfg.compaction.memory_flush.enabled) == ("Europe/Berlin", False)
+    assert (cfg.user_timezone, cfg.compaction.memory_flush.enabled, cfg.citations) == ("Europe/Berlin", False, "off")
+    path.write_text(json.dumps({"memory": {"search": {}, "citations": "on"}}))
+    assert load_config(path, env={}).citations == "on"
     for bad, message in [({"userTimezone": "Mars/Base"}, "userTimezone: is not a known time zone"),
                          ({"compaction": {"memoryFlush": {"forceFlushTranscriptBytes": "2 parsecs"}}},
                           "must be a byte size like 512kb"),
@@ -261,10 +263,10 @@ def test_reload_of_an_embedding_provider_spares_other_engines(indexed):
     with pytest.raises(MemoryManagerReloading):
         runtime.core("main")
     later.resume()
-    asyncio.run(memory_capability(indexed).runtime.close_memory_search_manager(agent_id="main"))
-    runtime.close_agent("main")
+    asyncio.run(runtime.close_memory_search_manager(agent_id="main"))
     assert keyword._closed and runtime.core("main") is not keyword
-    runtime.close_all()
+    asyncio.run(runtime.close_all_memory_search_managers())
+    assert runtime.opened_core("main") is None
 
 
 def test_registered_tools_are_the_recall_tools_with_their_contracts(indexed):

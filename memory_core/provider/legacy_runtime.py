@@ -97,7 +97,7 @@ class MemoryCoreLegacyRuntime:
         return self.provider_runtime.prepare_reload(retire_runtime, retiring_embedding_providers)
 
     async def close_memory_search_manager(self, *, cfg: Any = None, agent_id: str) -> None:
-        await asyncio.to_thread(self.provider_runtime.close_agent, agent_id)
+        await self.provider_runtime.close_memory_search_manager(cfg=cfg, agent_id=agent_id)
 
     async def close_all_memory_search_managers(self) -> None:
-        await asyncio.to_thread(self.provider_runtime.close_all)
+        await self.provider_runtime.close_all_memory_search_managers()

@@ -430,6 +430,12 @@ class MemoryCoreProviderRuntime:
             if item is not None:
                 item.close()
 
+    async def close_memory_search_manager(self, *, cfg: Any = None, agent_id: str) -> None:
+        await asyncio.to_thread(self.close_agent, agent_id)
+
+    async def close_all_memory_search_managers(self) -> None:
+        await asyncio.to_thread(self.close_all)
+
     def close_all(self) -> None:
         """``closeAllMemorySearchManagers``: close every engine and core (host shutdown only)."""
         with self._lock:
