@@ -13,9 +13,10 @@ close the lease. Blocking engine work runs in threads so the event loop keeps se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -231,24 +232,45 @@ class MemoryMethods:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
         operation = parse_operation(method, params)
         agent_id = self.service.agents.resolve_v2(params)
-        provider = None
         try:
-            acquired = await self._open_as_operator(agent_id, scope, "cli")
-            provider = acquired.provider
-            if provider is None:
-                raise RuntimeError(acquired.error or PROVIDER_UNAVAILABLE)
-            if operation.kind == "search":
-                result = await provider.search(operation.request)
-            elif operation.kind == "get":
-                result = await provider.get(operation.request)
-            else:
-                result = await provider.health()
-            scope.assert_current()
-            return {"version": 2, "agentId": agent_id, "providerId": acquired.provider_id, **to_json(result)}
+            async with self._operator_lease(agent_id, scope, "cli") as (provider, provider_id):
+                if operation.kind == "search":
+                    result = await provider.search(operation.request)
+                elif operation.kind == "get":
+                    result = await provider.get(operation.request)
+                else:
+                    result = await provider.health()
+                scope.assert_current()
+                return {"version": 2, "agentId": agent_id, "providerId": provider_id, **to_json(result)}
         except GatewayError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure, denials included, is UNAVAILABLE
             raise unavailable(error_message(exc)) from exc
+
+    @contextlib.asynccontextmanager
+    async def _operator_lease(self, agent_id: str, scope: RequestScope,
+                              purpose: str) -> AsyncIterator[tuple[Any, str | None]]:
+        """The slot owner's provider for ``agent_id``, opened with the connection's operator authority
+        (``(provider, provider_id)``); on exit the request's authority ends and the lease is closed."""
+        provider = None
+        try:
+            scope.assert_current()
+            session = scope.session
+            if session.role != "operator" or not session.conn_id:
+                raise Forbidden(REQUIRES_OPERATOR)
+            context = MemoryCallerContext(
+                authority=OperatorAuthority(scopes=tuple(session.scopes), conn_id=session.conn_id),
+                assert_current=scope.assert_current,
+                signal=scope.signal,
+            )
+            await asyncio.to_thread(self.service.preopen, agent_id)
+            acquired = await self.service.host.open(
+                MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose, cfg=self.service.config)
+            )
+            provider = acquired.provider
+            if provider is None:
+                raise RuntimeError(acquired.error or PROVIDER_UNAVAILABLE)
+            yield provider, acquired.provider_id
         finally:
             scope.open = False
             if provider is not None:
@@ -256,22 +278,6 @@ class MemoryMethods:
                     await provider.close()
                 except Exception:  # noqa: BLE001 - the response is already decided
                     pass
-
-    async def _open_as_operator(self, agent_id: str, scope: RequestScope, purpose: str) -> Any:
-        """Open the slot owner's provider for ``agent_id`` with the connection's operator authority."""
-        scope.assert_current()
-        session = scope.session
-        if session.role != "operator" or not session.conn_id:
-            raise Forbidden(REQUIRES_OPERATOR)
-        context = MemoryCallerContext(
-            authority=OperatorAuthority(scopes=tuple(session.scopes), conn_id=session.conn_id),
-            assert_current=scope.assert_current,
-            signal=scope.signal,
-        )
-        await asyncio.to_thread(self.service.preopen, agent_id)
-        return await self.service.host.open(
-            MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose, cfg=self.service.config)
-        )
 
     def _doctor_agent(self, params: dict[str, Any]) -> str:
         """``resolveDoctorMemoryAgent``: the requested agent (a string naming a configured one) or the default."""
@@ -289,25 +295,14 @@ class MemoryMethods:
         """``doctor.memory.status`` for a native owner (provider-runtime.md §4.3): the provider's health
         read with operator authority and purpose "status"; any failure is ``health.status: unavailable``."""
         agent_id = self._doctor_agent(params)
-        provider = None
         provider_id = self.service.provider_id
         try:
-            acquired = await self._open_as_operator(agent_id, scope, "status")
-            provider = acquired.provider
-            if provider is None:
-                raise RuntimeError(acquired.error or PROVIDER_UNAVAILABLE)
-            provider_id = acquired.provider_id or provider_id
-            health = to_json(await provider.health())
-            scope.assert_current()
+            async with self._operator_lease(agent_id, scope, "status") as (provider, opened_id):
+                provider_id = opened_id or provider_id
+                health = to_json(await provider.health())
+                scope.assert_current()
         except Exception as exc:  # noqa: BLE001 - the doctor reports every failure as health
             health = {"status": "unavailable", "message": error_message(exc)}
-        finally:
-            scope.open = False
-            if provider is not None:
-                try:
-                    await provider.close()
-                except Exception:  # noqa: BLE001 - the response is already decided
-                    pass
         return {"agentId": agent_id, "provider": provider_id, "health": health,
                 "embedding": dict(SKIPPED_EMBEDDING_PROBE)}
 
