@@ -116,13 +116,14 @@ def _cmd_manifest(args: Any) -> int:
 
 def register(sub: Any, common: Any) -> None:
     """``memory-core plugin manifest``: print the shipped plugin manifest (JSON)."""
-    plugin = sub.add_parser("plugin", help="the plugin manifest a host reads",
+    plugin = sub.add_parser("plugin", parents=[common], help="the plugin manifest a host reads",
                             description="What a host needs to register memory-core as its memory plugin.")
-    actions = plugin.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
-    p = actions.add_parser("manifest", help="print the plugin manifest (openclaw.plugin.json)",
+    actions = plugin.add_subparsers(dest="plugin_command", metavar="ACTION")
+    p = actions.add_parser("manifest", parents=[common], help="print the plugin manifest (openclaw.plugin.json)",
                            description="Print memory-core's openclaw.plugin.json: id, kind, contracts, the "
                                        "protocol versions it implements and its config schema.")
     p.set_defaults(func=_cmd_manifest)
+    plugin.set_defaults(func=lambda args: (plugin.print_help(sys.stderr), 2)[1])
 
 
 def main(argv: list[str] | None = None) -> int:
