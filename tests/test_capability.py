@@ -221,7 +221,12 @@ def test_legacy_runtime_serves_a_host_adapter(indexed):
     assert [h.citations[0].label for h in page.hits] == ["MEMORY.md#L1-L4"]
     assert got.text.startswith("- The user prefers dark roast coffee, brewed with an AeroPress.\n")
     assert (got.from_, got.lines, got.next_from) == (4, 1, 5)
-    assert health.status == "ready" and "workspaceDir" not in json.dumps(health.to_json())
+    assert health.status == "ready"
+    assert health.details == {"legacy": {
+        "backend": "builtin", "provider": "none", "model": "fts-only", "files": 2, "chunks": 4, "dirty": False,
+        "sources": ["memory"], "sourceCounts": [{"source": "memory", "files": 2, "chunks": 4}],
+        "cache": {"enabled": True, "entries": 0, "maxEntries": 50000}, "fts": {"enabled": True, "available": True},
+        "vector": {"enabled": False, "available": False, "dims": None}}}
     assert cap.runtime.resolve_memory_backend_config(agent_id="main") == {"backend": "builtin", "provider": "none"}
 
 

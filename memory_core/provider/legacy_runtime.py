@@ -28,6 +28,26 @@ def legacy_hit(hit: Any) -> dict[str, Any]:
     return data
 
 
+def legacy_status(st: dict[str, Any]) -> dict[str, Any]:
+    """``MemoryCore.status()`` in upstream's legacy status keys."""
+    counts = [{"source": s, "files": st["files_by_source"].get(s, 0), "chunks": st["chunks_by_source"].get(s, 0)}
+              for s in st["sources"]]
+    out: dict[str, Any] = {
+        "backend": "builtin", "provider": st["provider"], "model": st["model"], "files": st["files"],
+        "chunks": st["chunks"], "dirty": st["dirty"], "workspaceDir": st["workspace"], "dbPath": st["db_path"],
+        "extraPaths": st["extra_paths"], "sources": st["sources"], "sourceCounts": counts,
+        "cache": {"enabled": st["cache"]["enabled"], "entries": st["cache"]["entries"],
+                  "maxEntries": st["cache"]["max_entries"]},
+        "fts": {"enabled": True, "available": st["fts"]["available"]},
+        "vector": {"enabled": st["vector"]["enabled"], "available": st["vector"]["available"],
+                   "dims": st["vector"]["dims"]},
+    }
+    last = st.get("last_sync") or {}
+    if last.get("error"):
+        out["lastSyncError"] = last["error"]
+    return out
+
+
 class MemoryCoreManager:
     """One agent's engine behind the legacy manager methods (blocking work runs in a thread)."""
 
@@ -50,8 +70,8 @@ class MemoryCoreManager:
         return {"status": "ok", **data}
 
     async def status(self) -> dict[str, Any]:
-        out = await asyncio.to_thread(self._core.status)
-        return {"backend": "builtin", "provider": str(self._core.config.provider), **out}
+        """The upstream ``MemoryProviderStatus`` shape (the adapter redacts its host paths from health)."""
+        return legacy_status(await asyncio.to_thread(self._core.status))
 
     async def sync(self, *, reason: str = "provider-refresh") -> None:
         await asyncio.to_thread(self._core.sync, reason=reason)
