@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 from memory_core.errors import MemoryCoreError
+from memory_core.host.legacy import strip_memory_annotation_carriers
 
 DEFAULT_MEMORY_SEARCH_TIMEOUT_MS = 30_000
 MEMORY_SEARCH_TOOL_COOLDOWN_MS = 60_000
@@ -325,8 +326,6 @@ class MemoryTools:
 
     @staticmethod
     def _result(hit: Any, cite: bool) -> dict[str, Any]:
-        from memory_core.host.legacy import strip_memory_annotation_carriers
-
         data = hit.to_dict() if hasattr(hit, "to_dict") else dict(hit)
         for key in ("id", "sourceMtime"):
             data.pop(key, None)
