@@ -30,7 +30,8 @@ from memory_core.gateway import protocol as p
 from memory_core.gateway.client import GatewayClient
 from memory_core.gateway.handlers import MemoryService
 from memory_core.gateway.server import GatewayServer
-from memory_core.mcp_server import MemoryTools, _tool_result
+from memory_core.mcp_server import _tool_result
+from memory_core.tools import MemoryTools
 
 pytestmark = pytest.mark.timeout(180)
 
