@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from memory_core.errors import ConfigError
+from memory_core.validation import DEFAULT_MAX_QUERY_CHARS, DEFAULT_MAX_QUERY_TERMS
 
 DEFAULT_STATE_DIR = "~/.memory-core"
 DEFAULT_GATEWAY_PORT = 18789
@@ -212,6 +213,9 @@ class Hybrid(_Model):
 class Query(_Model):
     max_results: int = Field(6, ge=1)
     min_score: float = 0.35
+    # the query budget, checked on every surface before any work (memory_core.validation)
+    max_chars: int = Field(DEFAULT_MAX_QUERY_CHARS, ge=1)
+    max_terms: int = Field(DEFAULT_MAX_QUERY_TERMS, ge=1)
     hybrid: Hybrid = Field(default_factory=Hybrid)
 
     @field_validator("min_score")

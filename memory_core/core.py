@@ -38,6 +38,7 @@ from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+from memory_core.validation import check_search
 
 _UNSET: Any = object()
 
@@ -446,6 +447,7 @@ class MemoryCore:
         from memory_core.search.facade import core_search
 
         self._check_open()
+        check_search(self.config, query, max_results, min_score)  # before any sync or search work
         with index_errors(self.db_path):
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
                 self.before_search()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import signal
 import threading
@@ -28,7 +27,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from memory_core import __version__
-from memory_core.errors import MemoryCoreError
+from memory_core.errors import InvalidRequest, MemoryCoreError
+from memory_core.validation import MAX_SAFE_INTEGER, check_query, is_finite_number, shown
 
 CORPORA = ("memory", "wiki", "all", "sessions")
 GET_CORPORA = ("memory", "wiki", "all")
@@ -75,16 +75,15 @@ class ToolArgumentError(ValueError):
     """A tool argument has the wrong type or value; the message says which and what is allowed."""
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _positive_int(args: dict[str, Any], key: str) -> int | None:
     value = args.get(key)
     if value is None:
         return None
-    if not _is_number(value) or not float(value).is_integer() or value < 1:
-        raise ToolArgumentError(f"{key} must be a positive integer, got {json.dumps(value)}")
+    if not is_finite_number(value) or not float(value).is_integer() or value < 1:
+        raise ToolArgumentError(f"{key} must be a positive integer, got {shown(value)}")
+    if value > MAX_SAFE_INTEGER:
+        raise ToolArgumentError(f"{key} must be a positive integer no larger than {MAX_SAFE_INTEGER}, "
+                                f"got {shown(value)}")
     return int(value)
 
 
@@ -146,8 +145,12 @@ class MemoryTools:
             raise ToolArgumentError("query must be a non-empty string")
         max_results = _positive_int(args, "maxResults")
         min_score = args.get("minScore")
-        if min_score is not None and not _is_number(min_score):
-            raise ToolArgumentError(f"minScore must be a finite number, got {json.dumps(min_score)}")
+        if min_score is not None and not is_finite_number(min_score):
+            raise ToolArgumentError(f"minScore must be a finite number, got {shown(min_score)}")
+        try:
+            check_query(self.config, query)  # the query budget, before the engine opens
+        except InvalidRequest as exc:
+            raise ToolArgumentError(exc.message) from None
         corpus = args.get("corpus")
         if corpus is not None and corpus not in CORPORA:
             raise ToolArgumentError(f"corpus must be one of {', '.join(CORPORA)}, got {json.dumps(corpus)}")

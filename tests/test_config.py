@@ -54,6 +54,8 @@ EXPECTED_DEFAULTS = {
     "query": {
         "maxResults": 6,
         "minScore": 0.35,
+        "maxChars": 32768,
+        "maxTerms": 8192,
         "hybrid": {
             "enabled": True,
             "vectorWeight": 0.7,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memory_core.errors import AuthorityNotCurrent, Forbidden, MemoryCoreError
+from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError
 from memory_core.gateway.params import (
     Agents,
     as_record,
@@ -28,6 +28,7 @@ from memory_core.gateway.params import (
 from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
 from memory_core.host.enforcement import resolve
 from memory_core.host.legacy import acquire_legacy_manager, legacy_result
+from memory_core.validation import QueryBudget
 from memory_core.provider.types import (
     AbortSignal,
     MemoryCallerContext,
@@ -78,6 +79,7 @@ class MemoryService:
         self.provider_id = provider_id
         configured = [config.agent_id] + [a for a in config.agents if a != config.agent_id]
         self.agents = Agents.from_ids(configured)
+        self.budget = QueryBudget.of(config)  # checked before any engine work, for every agent
         self._lock = threading.Lock()
         self.runtime = MemoryCoreProviderRuntime(config, core_factory=self._make_core)
         self.host = MemoryHost(MemoryCapabilityRegistration(plugin_id=provider_id, provider_runtime=self.runtime))
@@ -155,7 +157,7 @@ class MemoryMethods:
 
     async def search_v1(self, params: dict[str, Any]) -> dict[str, Any]:
         """The 2026.9.6 handler: validate, search the agent's engine, answer the file-shaped payload."""
-        request = parse_v1_search(params)
+        request = parse_v1_search(params, self.service.budget)
         agent_id = self.service.agents.resolve_v1(params)
         owner = self.service.host.owner
         if owner is not None and not owner.has_provider_runtime and owner.runtime is not None:
@@ -174,6 +176,8 @@ class MemoryMethods:
 
         try:
             hits, staleness = await asyncio.to_thread(search)
+        except InvalidRequest as exc:  # e.g. an agent whose own query budget is smaller
+            raise invalid_request(exc.message) from exc
         except Exception as exc:  # noqa: BLE001
             raise unavailable(f"memory search failed: {error_message(exc)}") from exc
         cfg = self.service.agent_config(agent_id)
@@ -223,7 +227,7 @@ class MemoryMethods:
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
-        operation = parse_operation(method, params)
+        operation = parse_operation(method, params, self.service.budget)
         agent_id = self.service.agents.resolve_v2(params)
         provider = None
         try:
