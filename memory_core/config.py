@@ -264,6 +264,8 @@ class Gateway(_Model):
     token: str | None = Field(None, repr=False)
     password: str | None = Field(None, repr=False)
     auth: Literal["token", "password", "none"] = "token"
+    max_connections: int = Field(256, ge=1)  # more are closed at once with 1013 (try again later)
+    idle_timeout_seconds: float = Field(600.0, gt=0)  # an authenticated connection with no request
 
 
 def _default_state_dir() -> str:
