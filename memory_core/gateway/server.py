@@ -28,6 +28,7 @@ import ipaddress
 import logging
 import math
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,7 @@ DEFAULT_IDLE_TIMEOUT_S = 600.0
 THROTTLED_DETAILS = ("AUTH_TOKEN_MISMATCH", "AUTH_PASSWORD_MISMATCH")  # wrong guesses, not a missing secret
 TOKEN_ENV = "MEMORY_CORE_GATEWAY_TOKEN"
 PASSWORD_ENV = "MEMORY_CORE_GATEWAY_PASSWORD"
+MIN_SECRET_CHARS = 16
 
 
 def is_loopback(host: str) -> bool:
@@ -62,6 +64,27 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _warn_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_secret(
+    kind: str, secret: str, *, host: str, from_argv: bool, warn: Callable[[str], None] = _warn_stderr
+) -> None:
+    """Refuse a secret under :data:`MIN_SECRET_CHARS` characters on a non-loopback bind (warn on
+    loopback), and warn when it was given on the command line, where other local users can read it."""
+    flag, env_name = ("--password", PASSWORD_ENV) if kind == "password" else ("--token", TOKEN_ENV)
+    if len(secret) < MIN_SECRET_CHARS:
+        fix = (f"use at least {MIN_SECRET_CHARS} random characters, e.g. "
+               "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+        if not is_loopback(host):
+            raise ConfigError(f"the gateway {kind} has {len(secret)} characters: too short to listen on {host}; {fix}")
+        warn(f"the gateway {kind} has {len(secret)} characters, easy to guess; {fix}")
+    if from_argv:
+        warn(f"{flag} on the command line is visible to every local user (ps, /proc/PID/cmdline); set "
+             f"{env_name} or gateway.{kind} in a config file only you can read (chmod 600) instead")
+
+
 def resolve_auth(
     *,
     mode: str | None,
@@ -70,11 +93,13 @@ def resolve_auth(
     password: str | None = None,
     config: Any = None,
     env: dict[str, str] | None = None,
+    warn: Callable[[str], None] = _warn_stderr,
 ) -> p.AuthSettings:
     """Pick the auth mode and secret; refuse to run open unless ``--auth none`` on loopback.
 
     ``mode`` is the explicit ``--auth`` flag (None = the config's ``gateway.auth``, default token).
-    Secrets: flag, then ``MEMORY_CORE_GATEWAY_TOKEN``/``_PASSWORD``, then ``gateway.token``/``password``.
+    Secrets: flag, then ``MEMORY_CORE_GATEWAY_TOKEN``/``_PASSWORD``, then ``gateway.token``/``password``;
+    a short one or one on argv is checked by :func:`check_secret` (``warn`` reports).
     """
     env = dict(os.environ) if env is None else env
     gw = getattr(config, "gateway", None)
@@ -98,6 +123,7 @@ def resolve_auth(
                 "gateway auth is \"password\" but no password is set: pass --password, set "
                 f"{PASSWORD_ENV}, or set gateway.password in the config"
             )
+        check_secret("password", secret, host=host, from_argv=bool(password), warn=warn)
         return p.AuthSettings("password", secret)
     if effective != "token":
         raise ConfigError(f"gateway.auth must be token, password or none, not {effective!r}")
@@ -107,6 +133,7 @@ def resolve_auth(
             f"no gateway token: set {TOKEN_ENV} or gateway.token in the config (or pass --token); "
             "to run without authentication on loopback only, pass --auth none explicitly"
         )
+    check_secret("token", secret, host=host, from_argv=bool(token), warn=warn)
     return p.AuthSettings("token", secret)
 
 
