@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import threading
@@ -27,9 +28,10 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from memory_core import __version__
-from memory_core.errors import InvalidRequest, MemoryCoreError
+from memory_core.errors import InvalidRequest, MemoryCoreError, redact_paths
 from memory_core.validation import MAX_SAFE_INTEGER, check_query, is_finite_number, shown
 
+log = logging.getLogger("memory_core.mcp")
 CORPORA = ("memory", "wiki", "all", "sessions")
 GET_CORPORA = ("memory", "wiki", "all")
 
@@ -220,7 +222,8 @@ class MemoryTools:
         try:
             result = self.core().get(path, from_=from_, lines=lines)
         except MemoryCoreError as exc:
-            return {"path": path, "text": "", "disabled": True, "error": exc.message}
+            log.warning("memory_get %s failed: %s", path, exc.message)
+            return {"path": path, "text": "", "disabled": True, "error": redact_paths(exc.message)}
         return _camel_read(result)
 
 
@@ -267,7 +270,9 @@ def build_server(tools: MemoryTools) -> Server[Any]:
 
 
 def _unavailable(error: str) -> dict[str, Any]:
-    """``buildMemorySearchUnavailableResult``."""
+    """``buildMemorySearchUnavailableResult`` (the error without host paths; the log keeps them)."""
+    log.warning("memory_search failed: %s", error)
+    error = redact_paths(error)
     warning = "Memory search is unavailable right now."
     action = "Check `memory-core status --deep`; run `memory-core index` if the index is missing."
     return {

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError
+from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, redact_paths
 from memory_core.gateway.params import (
     Agents,
     as_record,
@@ -190,8 +190,8 @@ class MemoryMethods:
         if isinstance(staleness, dict) and staleness.get("stale"):
             payload["stale"] = True
             for key in ("warning", "action"):
-                if staleness.get(key):
-                    payload[key] = staleness[key]
+                if staleness.get(key):  # a last sync error may name a host path
+                    payload[key] = redact_paths(str(staleness[key]))
         return payload
 
     async def search_v1_legacy(self, request: Any, agent_id: str, runtime: Any) -> dict[str, Any]:

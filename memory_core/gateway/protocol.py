@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_core.errors import redact_paths
+
 PROTOCOL_VERSION = 4
 MINIMUM_PROBE_PROTOCOL = 3
 MAX_PAYLOAD = 26_214_400  # 25 MiB, the client's and the real server's maxPayload
@@ -72,8 +74,8 @@ class GatewayError(Exception):
         self.close_reason = close_reason if close_reason is not None else message
 
     def shape(self) -> dict[str, Any]:
-        """The ``error`` object of a response frame (``errorShape``)."""
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        """The ``error`` object of a response frame (``errorShape``); host paths never leave the server."""
+        out: dict[str, Any] = {"code": self.code, "message": redact_paths(self.message)}
         if self.details is not None:
             out["details"] = self.details
         if self.retryable is not None:

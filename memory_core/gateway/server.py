@@ -350,6 +350,8 @@ class GatewayServer:
             except ValueError as exc:  # a NaN score must not reach JSON.parse in the client
                 raise p.unavailable(f"memory response could not be encoded: {exc}") from exc
         except p.GatewayError as err:
+            if err.code == p.UNAVAILABLE:  # the client's copy has no host paths; the log keeps them
+                log.warning("request %s %s failed: %s", request.method, request.id, err.message)
             text = p.encode(p.response_error(request.id, err))
         except asyncio.CancelledError:
             raise
