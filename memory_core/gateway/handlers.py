@@ -28,7 +28,6 @@ from memory_core.gateway.params import (
 from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
 from memory_core.host.enforcement import resolve
 from memory_core.host.legacy import acquire_legacy_manager, legacy_result
-from memory_core.validation import QueryBudget
 from memory_core.provider.types import (
     AbortSignal,
     MemoryCallerContext,
@@ -36,6 +35,7 @@ from memory_core.provider.types import (
     OperatorAuthority,
     to_json,
 )
+from memory_core.validation import QueryBudget
 
 if TYPE_CHECKING:
     from memory_core.config import MemoryCoreConfig
