@@ -47,30 +47,6 @@ def is_finite_number(value: Any) -> bool:
     return finite_number(value) is not None
 
 
-def count_in_range(value: Any, *, minimum: int = 1, maximum: int = MAX_SAFE_INTEGER) -> int | None:
-    """``value`` as an int when it is a whole number in ``[minimum, maximum]``, else None."""
-    number = finite_number(value)
-    if number is None or not number.is_integer() or not minimum <= value <= maximum:
-        return None
-    return int(value)
-
-
-def check_count(name: str, value: Any, *, minimum: int = 1, maximum: int = MAX_SAFE_INTEGER) -> int:
-    """A whole-number parameter in ``[minimum, maximum]``; :class:`InvalidRequest` naming the range."""
-    out = count_in_range(value, minimum=minimum, maximum=maximum)
-    if out is None:
-        raise InvalidRequest(f"{name} must be an integer from {minimum} to {maximum}, got {shown(value)}")
-    return out
-
-
-def check_finite(name: str, value: Any) -> float:
-    """A finite number parameter; :class:`InvalidRequest` otherwise."""
-    out = finite_number(value)
-    if out is None:
-        raise InvalidRequest(f"{name} must be a finite number, got {shown(value)}")
-    return out
-
-
 def search_numbers(max_results: Any, min_score: Any) -> tuple[int, float]:
     """A search's ``(max_results, min_score)``: a count from 1 (fractions round down) and a finite number."""
     if not is_finite_number(max_results) or int(max_results) < 1 or max_results > MAX_SAFE_INTEGER:

@@ -27,8 +27,8 @@ from memory_core.validation import (
     MAX_SAFE_INTEGER,
     QueryBudget,
     QueryTooLarge,
-    check_count,
     is_finite_number,
+    search_numbers,
 )
 from tests.gateway_fixtures import ROOT, TOKEN, make_workspace
 from tests.test_provider_runtime import EMBEDDER, near_far, open_lease, run  # noqa: F401 - near_far is a fixture
@@ -62,9 +62,11 @@ def test_defaults_admit_a_page_of_prose_and_come_from_the_config():
 def test_numbers_never_raise_overflow():
     assert not is_finite_number(HUGE) and not is_finite_number(True) and not is_finite_number(float("nan"))
     assert is_finite_number(10**300) and is_finite_number(0.5)
-    with pytest.raises(InvalidRequest, match=f"^from must be an integer from 1 to {MAX_SAFE_INTEGER}, got 1000"):
-        check_count("from", HUGE)
-    assert check_count("lines", 3.0) == 3
+    with pytest.raises(InvalidRequest, match=f"^max_results must be an integer from 1 to {MAX_SAFE_INTEGER}, got 1000"):
+        search_numbers(HUGE, 0.5)
+    with pytest.raises(InvalidRequest, match="^min_score must be a finite number, got -1000"):
+        search_numbers(3, -HUGE)
+    assert search_numbers(3.7, 10**300) == (3, 1e300)
 
 
 # ---------------------------------------------------------------------- library and CLI
