@@ -3,6 +3,8 @@
 Each check raises :class:`~memory_core.errors.InvalidRequest` with a one-line message naming the
 limit and how to change it; the gateway answers it as ``INVALID_REQUEST``, MCP as a tool error and
 the CLI with exit code 2. The checks are cheap and run before any index, embedding or worker work.
+The public entry points call them (``MemoryCore.search``, the provider runtime, the gateway, MCP,
+the CLI); the internal ``SearchEngine`` keeps its "any text returns a list" contract.
 """
 
 from __future__ import annotations

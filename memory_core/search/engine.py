@@ -33,7 +33,7 @@ from memory_core.search import ranking
 from memory_core.search.types import Candidate, SearchHit, hit_from_row
 from memory_core.store.access import index_errors
 from memory_core.store.reader import CachedReader
-from memory_core.validation import check_query, search_numbers
+from memory_core.validation import search_numbers
 
 MAX_CANDIDATES = 200
 VALID_SOURCES = ("memory", "sessions")
@@ -389,7 +389,6 @@ class SearchEngine:
     ) -> SearchDetails:
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
-        check_query(self.config, query)
         q = query.strip()
         try:
             q.encode("utf-8")
