@@ -135,7 +135,7 @@ class _ModelOnly:
 def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], None]) -> dict[str, Any]:
     import faiss
 
-    from host_facades.engine_knn import open_readonly
+    from host_facades.sqlite_read import open_readonly
     from host_facades.lexical import build_fts_query
     from memory_core.config import MemoryCoreConfig
     from memory_core.search.engine import SearchEngine

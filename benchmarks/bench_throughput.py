@@ -292,7 +292,8 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
         db: str | None = None, limit: int = 6, rounds: int = 5) -> dict[str, Any]:
     import faiss
 
-    from host_facades.engine_knn import open_readonly
+    from benchmarks.worker_tasks import TASK_MODULES
+    from host_facades.sqlite_read import open_readonly
     from memory_core.search.engine import SearchEngine
     from workers.pool import WorkerPool
     from workers.retriever import PooledRetriever
@@ -320,7 +321,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
     index = faiss.IndexFlatIP(dims)
     index.add(matrix)
     # for information only (the baseline is the plain IndexFlatIP above): the fp16 scalar
-    # quantizer alone, without the exact rescoring memory-core adds (host_facades/engine_knn.py)
+    # quantizer alone, without the exact rescoring memory-core adds (host_facades/vector_state.py)
     index_fp16 = faiss.IndexScalarQuantizer(dims, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
     index_fp16.train(matrix[:1])
     index_fp16.add(matrix)
@@ -329,7 +330,8 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
     from workers.shared import RETRIEVAL_PIPELINE_DEPTH
 
     # configured like MemoryCore's shared retrieval pool (workers/shared.py)
-    pools = {n: WorkerPool("retrieval", n, idle_timeout_s=None, pipeline_depth=RETRIEVAL_PIPELINE_DEPTH) for n in (1, 2)}
+    pools = {n: WorkerPool("retrieval", n, idle_timeout_s=None, pipeline_depth=RETRIEVAL_PIPELINE_DEPTH,
+                          task_modules=TASK_MODULES) for n in (1, 2)}
     for pool in pools.values():
         pool.prewarm()
     retrievers = {n: PooledRetriever(db, pools[n]) for n in pools}

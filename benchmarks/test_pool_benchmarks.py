@@ -32,10 +32,12 @@ def db(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pool():
+    from benchmarks.worker_tasks import TASK_MODULES
     from workers.pool import WorkerPool
     from workers.shared import RETRIEVAL_PIPELINE_DEPTH
 
-    p = WorkerPool("retrieval", 1, idle_timeout_s=None, pipeline_depth=RETRIEVAL_PIPELINE_DEPTH)
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None, pipeline_depth=RETRIEVAL_PIPELINE_DEPTH,
+                   task_modules=TASK_MODULES)
     p.prewarm()
     yield p
     p.close()

@@ -239,7 +239,7 @@ def chunk_markdown(
 ) -> list[ChunkSpec]:
     """Chunking v6 (§2.2): line-greedy in weighted chars with overlap carry; per-entry optional."""
     # Curated files need the line list (entry spans); everything else streams its lines, so a large
-    # transcript is not copied into a list of lines next to its chunks (peak memory, H8).
+    # transcript is not copied into a list of lines next to its chunks (peak memory).
     lines = content.split("\n") if per_entry else None
     max_chars = max(32, int(tokens) * CHARS_PER_TOKEN_ESTIMATE)
     overlap_chars = max(0, int(overlap) * CHARS_PER_TOKEN_ESTIMATE)

@@ -6,7 +6,7 @@
 plain data and returns plain, compact data: the selected hits as ``Candidate.hit_row`` tuples
 (snippets are <= 700 chars, no chunk text), plus the explain details only when asked.
 
-The caller owns the read transaction (``host_facades.engine_knn.read_snapshot``); the only
+The caller owns the read transaction (``host_facades.sqlite_read.read_snapshot``); the only
 difference between callers is where the generation's vector state comes from
 (``vector_state(conn, model)``: the process cache in-process, the worker's derived-state cache
 in a worker).

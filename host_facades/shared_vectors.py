@@ -1,17 +1,11 @@
 """One copy of a generation's derived vector state for every worker: files mapped read-only.
 
-A large :class:`~host_facades.engine_knn.VectorState` (from :data:`SHARED_MIN_ROWS` vectors) is
+A large :class:`~host_facades.vector_state.VectorState` (from :data:`SHARED_MIN_ROWS` vectors) is
 built once per generation, by the first worker that needs it, and written next to the database
 in ``<db>-vectors/``; every worker then maps those files (``numpy.memmap`` for the float32
 matrix, ``faiss.IO_FLAG_MMAP_IFC`` for the int8 candidate codes). The kernel's page cache holds
-the one copy they all read:
-
-- memory: at 100k x 384 a generation is 153.6 MB of matrix + 38.4 MB of codes, once instead of
-  once per worker;
-- build: one worker loads the vectors from SQLite and quantizes them; the others wait on the
-  build lock and map the result;
-- throughput: two processes scanning one shared copy of the 38.4 MB of codes scaled 1.85-1.96x
-  here, two private copies 1.65-1.92x (the codes nearly fit the 32 MB L3 that the cores share).
+the one copy they all read, and one worker loads the vectors from SQLite and quantizes them while
+the others wait on the build lock and map the result.
 
 Layout of a generation (``stem`` = db identity, revision and a digest of the model key): the
 matrix ``<stem>.f32``, the faiss candidate index ``<stem>.faiss`` (absent for a flat index), and
@@ -37,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from host_facades import engine_knn
+from host_facades import vector_state
 
-SHARED_MIN_ROWS = int(os.environ.get("MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", str(engine_knn.FP16_MIN_ROWS)))
+SHARED_MIN_ROWS = int(os.environ.get("MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", str(vector_state.FP16_MIN_ROWS)))
 FORMAT = 1
 PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600  # as memory_core.store.perms: other users never read vectors
 _STALE_TMP_S = 600.0
@@ -51,7 +45,7 @@ def state_dir(db_path: str) -> str:
     return f"{db_path}-vectors"
 
 
-def stem(key: engine_knn.DerivedKey) -> str:
+def stem(key: vector_state.DerivedKey) -> str:
     """File name stem of ``key`` = (db identity, revision, model key)."""
     db_id, revision, model = key
     digest = hashlib.sha1(repr(model).encode("utf-8")).hexdigest()[:12]
@@ -85,8 +79,8 @@ class MappedIds(Sequence):
         return self._blob[int(self._offsets[i]):int(self._offsets[i + 1])].decode("utf-8")
 
 
-def get_or_build(conn: Any, key: engine_knn.DerivedKey, build: Callable[[], engine_knn.VectorState],
-                 *, rows_hint: int | None = None) -> engine_knn.VectorState:
+def get_or_build(conn: Any, key: vector_state.DerivedKey, build: Callable[[], vector_state.VectorState],
+                 *, rows_hint: int | None = None) -> vector_state.VectorState:
     """The state of ``key``: mapped from the shared files when they exist, else built (by this
     process, under the build lock), written and mapped. Small states (under
     :data:`SHARED_MIN_ROWS` rows; ``rows_hint`` is an upper bound known beforehand) and
@@ -127,7 +121,7 @@ def get_or_build(conn: Any, key: engine_knn.DerivedKey, build: Callable[[], engi
         return mapped
 
 
-def save(directory: str, key: engine_knn.DerivedKey, state: engine_knn.VectorState) -> None:
+def save(directory: str, key: vector_state.DerivedKey, state: vector_state.VectorState) -> None:
     """Write ``state`` as the shared files of ``key`` (the ``.npz`` last)."""
     base = os.path.join(directory, stem(key))
     index = state.index
@@ -143,7 +137,7 @@ def save(directory: str, key: engine_knn.DerivedKey, state: engine_knn.VectorSta
     with _written(base + ".f32") as tmp:
         np.ascontiguousarray(state.matrix, dtype=np.float32).tofile(tmp)
     if kind in ("int8", "fp16"):
-        faiss = engine_knn._faiss()
+        faiss = vector_state.load_faiss()
         with _written(base + ".faiss") as tmp:
             faiss.write_index(index.index if kind == "int8" else index, tmp)
         if kind == "int8":
@@ -156,7 +150,7 @@ def save(directory: str, key: engine_knn.DerivedKey, state: engine_knn.VectorSta
             np.savez(fh, **arrays)
 
 
-def load(directory: str, key: engine_knn.DerivedKey) -> engine_knn.VectorState | None:
+def load(directory: str, key: vector_state.DerivedKey) -> vector_state.VectorState | None:
     """The mapped state of ``key``, or None when its files are absent, incomplete or foreign."""
     base = os.path.join(directory, stem(key))
     try:
@@ -175,22 +169,22 @@ def load(directory: str, key: engine_knn.DerivedKey) -> engine_knn.VectorState |
         matrix = np.memmap(base + ".f32", dtype=np.float32, mode="r", shape=(n, d))
         index: Any = None
         if kind in ("int8", "fp16"):
-            faiss = engine_knn._faiss()
+            faiss = vector_state.load_faiss()
             mapped = faiss.read_index(base + ".faiss", faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
             if mapped.ntotal != n or mapped.d != d:
                 return None
             if kind == "int8":
-                index = engine_knn.Int8Candidates.from_parts(
+                index = vector_state.Int8Candidates.from_parts(
                     mapped, scale=scale, err_l1=err_l1, err_norm=float(meta["err_norm"]),
                     code_norm=float(meta["code_norm"]), verified=bool(meta["verified"]))
             else:
                 index = mapped
         elif kind == "flat":
-            index, matrix = engine_knn.build_index(np.ascontiguousarray(matrix), kind="flat")
+            index, matrix = vector_state.build_index(np.ascontiguousarray(matrix), kind="flat")
         sources = np.asarray(meta["source_names"], dtype=object)[source_codes]
     except (OSError, KeyError, ValueError, RuntimeError):
         return None
-    return engine_knn.VectorState(key, MappedIds(blob, offsets), sources, matrix, index)
+    return vector_state.VectorState(key, MappedIds(blob, offsets), sources, matrix, index)
 
 
 def prune(db_path: str, keep: dict[str, set[int]]) -> int:

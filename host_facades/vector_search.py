@@ -10,7 +10,7 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
   rescored exactly from the same float32 matrix;
 - ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required.
 
-numpy and faiss are ``host_facades.engine_knn.VectorState.search`` on the per-generation state of
+numpy and faiss are ``host_facades.vector_state.VectorState.search`` on the per-generation state of
 ``engine_knn.PROCESS_CACHE`` - the same code workers run on their own cache, so in-process and
 pooled searches return identical ``(id, score)`` lists. The cache keeps only the newest generation
 per database file (plus whatever searches in flight still hold).
@@ -225,11 +225,11 @@ def sqlite_vec_knn(
 
 
 # ---------------------------------------------------------------------------------------------
-# In-memory exact backends (numpy, faiss): host_facades.engine_knn's per-generation VectorState
+# In-memory exact backends (numpy, faiss): host_facades.vector_state's per-generation VectorState
 # ---------------------------------------------------------------------------------------------
 # One implementation for in-process and pooled searches: the state (matrix + faiss index) comes
 # from engine_knn.PROCESS_CACHE here and from the worker's DerivedStateCache in workers/tasks.py;
-# both search with VectorState.search (fp16 candidates + exact float32 rescoring, see engine_knn).
+# both search with VectorState.search (candidates + exact float32 rescoring, see vector_state).
 
 
 def _state(conn: apsw.Connection, model, db_id: str | None):

@@ -16,12 +16,12 @@ from types import ModuleType
 from typing import Any
 
 BENCHMARKS: dict[str, str] = {
-    "index": "benchmarks.bench_index",  # H2
-    "quality": "benchmarks.bench_quality",  # H4
-    "latency": "benchmarks.bench_latency",  # H4
-    "throughput": "benchmarks.bench_throughput",  # H7
-    "gateway": "benchmarks.bench_gateway",  # H6
-    "freshness": "benchmarks.bench_freshness",  # H8
+    "index": "benchmarks.bench_index",
+    "quality": "benchmarks.bench_quality",
+    "latency": "benchmarks.bench_latency",
+    "throughput": "benchmarks.bench_throughput",
+    "gateway": "benchmarks.bench_gateway",
+    "freshness": "benchmarks.bench_freshness",
 }
 
 

@@ -148,7 +148,7 @@ class MemoryCore:
             return self._writer.read_meta()
         if not os.path.exists(self.db_path):
             return None
-        from host_facades.engine_knn import open_readonly
+        from host_facades.sqlite_read import open_readonly
 
         try:
             conn = open_readonly(self.db_path, load_vec=False)
@@ -344,7 +344,7 @@ class MemoryCore:
     def _probe_readonly(self) -> None:
         """Read what a rebuild reads from the live index (meta, source rows) on a read-only connection;
         raises what reading an unreadable file raises."""
-        from host_facades.engine_knn import open_readonly
+        from host_facades.sqlite_read import open_readonly
 
         try:
             conn = open_readonly(self.db_path, load_vec=False)
@@ -424,7 +424,7 @@ class MemoryCore:
     def check_readable(self) -> None:
         """Raise the typed error when the index cannot be searched at all: the file is no readable
         database, or there is none and none can be built (the state dir is not writable)."""
-        from host_facades.engine_knn import open_readonly
+        from host_facades.sqlite_read import open_readonly
         from memory_core.store.reader import file_ident
 
         ident = file_ident(self.db_path)
@@ -469,7 +469,7 @@ class MemoryCore:
 
     def files(self, *, sources: Sequence[str] | None = None) -> list[Any]:
         """The indexed files (``memory-core files``): a list of ``IndexedFile``, by source then path."""
-        from memory_core.files_cli import list_indexed_files
+        from memory_core.store.files import list_indexed_files
 
         self._check_open()
         with index_errors(self.db_path):
@@ -545,8 +545,8 @@ class MemoryCore:
         return out
 
     def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
-        from host_facades.engine_knn import CORRUPT_ERRORS, open_readonly
         from host_facades.sqlite_ext import load_sqlite_vec
+        from host_facades.sqlite_read import CORRUPT_ERRORS, open_readonly
 
         try:
             conn = open_readonly(self.db_path, load_vec=False)

@@ -921,7 +921,7 @@ def _read_index_rows(db_path: str, what: str) -> list[tuple]:
         return []
     import apsw
 
-    from host_facades.engine_knn import open_readonly
+    from host_facades.sqlite_read import open_readonly
 
     conn = open_readonly(db_path, load_vec=False)
     try:

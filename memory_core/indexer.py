@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from host_facades.engine_indexing import PreparedChunk, prepare_chunks
-from host_facades.engine_knn import CORRUPT_ERRORS
+from host_facades.sqlite_read import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
 from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches, valid_name
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
@@ -111,7 +111,7 @@ def scan(cfg: Any, workspace: str) -> ScanResult:
 
 
 def scan_paths(cfg: Any, workspace: str, wanted: set[str]) -> ScanResult:
-    """A targeted scan (freshness, H8): list the sources without reading them and build entries only
+    """A targeted scan (freshness): list the sources without reading them and build entries only
     for the ``wanted`` indexed paths, so a sync of one edited file does not re-read every file (and
     every transcript). A listing error makes the result not ``ok`` (nothing is pruned)."""
     from memory_core import sources as src
@@ -226,7 +226,7 @@ def run_sync(
             if mtime is None or size is None or not stat_matches((mtime, size), (e.mtime_ms, e.size)):
                 restat.append((e.path, e.source, e.hash, e.mtime_ms, e.size))
     # From here on only the identities of the scanned entries are needed; each content lives in
-    # ``todo`` until it is chunked, so a large transcript's text is not held while publishing (H8).
+    # ``todo`` until it is chunked, so a large transcript's text is not held while publishing.
     scanned = [(e.source, e.path) for e in result.entries]
     skipped = [(p.source, p.path, p.stat[0], p.stat[1], p.code) for p in result.problems
                if p.stat is not None and (wanted is None or p.path in wanted)]
@@ -275,7 +275,7 @@ def run_sync(
 
     # A temp database being rebuilt commits in bulk (each source still in its own savepoint); the
     # live database commits per source so searches see each file as soon as it is published.
-    # H7: chunk preparation runs in the shared indexing pool when there is enough to parallelise
+    # chunk preparation runs in the shared indexing pool when there is enough to parallelise
     # (workers/shared.py; pool.workers = 0 or few files: in-process), in file order, same result.
     from workers.shared import prepared_stream
 

@@ -21,7 +21,7 @@ from memory_core.embeddings import (
     plan_batches,
     register_embedding_provider,
 )
-from memory_core.embeddings.base import _REGISTRY
+from memory_core.embeddings.registry import _REGISTRY
 from memory_core.embeddings.batching import backoff_delays
 from memory_core.embeddings.local import REQUIRED_MODULES
 from memory_core.embeddings.openai_compatible import OpenAICompatibleProvider, embeddings_url

@@ -11,7 +11,7 @@ import pytest
 from memory_core.cli import main as cli_main
 from memory_core.config import load_config
 from memory_core.core import MemoryCore
-from memory_core.files_cli import IndexedFile
+from memory_core.store.files import IndexedFile
 
 LINE = b'{"type":"message","message":{"role":"user","content":"falcon"}}\n'
 

@@ -11,12 +11,14 @@ import apsw
 import numpy as np
 import pytest
 
-from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot
+from host_facades.engine_knn import DerivedStateCache
+from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
 from memory_core.errors import CursorExpired, WorkerUnavailable
 from memory_core.generations import CursorPins, GenerationLeases, GenerationMismatch, run_consistent
 from memory_core.store import schema
 from tests.helpers import runtime_infos
+from tests.worker_tasks import TASK_MODULES
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
 
@@ -84,9 +86,14 @@ def db(tmp_path):
 
 @pytest.fixture
 def pool():
-    p = WorkerPool("retrieval", 2, idle_timeout_s=None)
+    p = WorkerPool("retrieval", 2, idle_timeout_s=None, task_modules=TASK_MODULES)
     yield p
     p.close(drain=False)
+
+
+def hold_op(spec: dict) -> dict:
+    """The tests' ``hold`` op (tests.worker_tasks): the task waits inside its snapshot until released."""
+    return {"op": "hold", **spec}
 
 
 def search_ops(query: str, seed: int) -> list[dict]:
@@ -198,7 +205,8 @@ def test_search_started_before_publication_finishes_on_its_generation(db, pool, 
     old_rev = first["revision"]
     hold = {"signal": str(tmp_path / "held"), "release": str(tmp_path / "go")}
     out: dict = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", retriever.retrieve(search_ops("alpha", 1), hold=hold)))
+    ops = [hold_op(hold), *search_ops("alpha", 1)]
+    t = threading.Thread(target=lambda: out.setdefault("r", retriever.retrieve(ops)))
     t.start()
     deadline = time.monotonic() + 10
     while not os.path.exists(hold["signal"]) and time.monotonic() < deadline:
@@ -210,7 +218,7 @@ def test_search_started_before_publication_finishes_on_its_generation(db, pool, 
     t.join(10)
     held = out["r"]
     assert held["revision"] == old_rev
-    assert [h[0] for h in held["results"][0]] == ["memory/a.md#0:alpha old fact"]
+    assert [h[0] for h in held["results"][1]] == ["memory/a.md#0:alpha old fact"]  # [0]: the hold
     assert held["metadata"]["memory/a.md#0:alpha old fact"]["text"] == "alpha old fact"
     assert after["revision"] == w.revision > old_rev
     assert [h[0] for h in after["results"][0]] == ["memory/a.md#0:alpha new fact"]
@@ -243,7 +251,7 @@ def test_killed_worker_mid_search_gives_typed_error_and_releases_the_lease(db, p
 
     def run():
         try:
-            retriever.retrieve(search_ops("alpha", 1), hold=hold)
+            retriever.retrieve([hold_op(hold), *search_ops("alpha", 1)])
         except Exception as exc:  # noqa: BLE001
             err["e"] = exc
 

@@ -18,6 +18,7 @@ from memory_core.config import load_config
 from memory_core.core import MemoryCore
 from memory_core.errors import IndexCorrupt, reason_of
 from tests.helpers import wait_for
+from tests.worker_tasks import TASK_MODULES
 from workers.pool import WorkerPool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ def test_a_failed_run_records_a_reason_even_when_the_error_has_none(workspace, m
 
 
 def test_a_pool_worker_ignores_sigint():
-    pool = WorkerPool("indexing", 1)
+    pool = WorkerPool("indexing", 1, task_modules=TASK_MODULES)
     try:
         pid = pool.run("pid", timeout_s=30)  # started on demand, as the indexer's pool starts them
         os.kill(pid, signal.SIGINT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,8 +11,16 @@ import time
 
 import pytest
 
-from memory_core.errors import WorkerError, WorkerOverloaded, WorkerTimeout, WorkerUnavailable
+from memory_core.errors import (
+    IndexCorrupt,
+    ProviderUnavailable,
+    WorkerError,
+    WorkerOverloaded,
+    WorkerTimeout,
+    WorkerUnavailable,
+)
 from tests.helpers import wait_for
+from tests.worker_tasks import TASK_MODULES
 from workers.pool import InlinePool, WorkerPool, create_pools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture
 def pool():
-    p = WorkerPool("retrieval", 2, idle_timeout_s=None)
+    p = WorkerPool("retrieval", 2, idle_timeout_s=None, task_modules=TASK_MODULES)
     yield p
     p.close(drain=False)
 
@@ -54,8 +63,21 @@ def test_task_errors_come_back_typed(pool):
     from memory_core.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest, match="bad op"):
-        pool.run("fail", {"code": "invalid_request", "message": "bad op"})
+        pool.run("fail", {"type": "InvalidRequest", "code": "invalid_request", "message": "bad op"})
     assert pool.run("ping", 7) == 7  # the worker survived
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_task_errors_cross_as_to_data_and_keep_their_type(pool, inline):
+    # "unavailable" is the code of both ProviderUnavailable and WorkerUnavailable: the type named in
+    # the error data decides, not a guess from the code
+    runner = InlinePool(task_modules=TASK_MODULES) if inline else pool
+    with pytest.raises(ProviderUnavailable) as err:
+        runner.run("fail", {"type": "ProviderUnavailable", "code": "unavailable", "message": "no model"})
+    assert err.value.to_data() == {"code": "unavailable", "message": "no model", "type": "ProviderUnavailable"}
+    with pytest.raises(IndexCorrupt) as err:
+        runner.run("fail", {"type": "IndexCorrupt", "code": "index_corrupt", "message": "bad file"})
+    assert err.value.to_data() == {"code": "index_corrupt", "message": "bad file", "type": "IndexCorrupt"}
 
 
 def test_killed_worker_fails_its_task_and_is_replaced(pool):
@@ -96,7 +118,8 @@ def test_cancel_running_task_ends_its_worker(pool):
 
 
 def test_admission_limits_fail_fast_with_overloaded():
-    p = WorkerPool("retrieval", 1, max_pending_tasks=2, max_pending_bytes=10_000, idle_timeout_s=None)
+    p = WorkerPool("retrieval", 1, max_pending_tasks=2, max_pending_bytes=10_000, idle_timeout_s=None,
+                   task_modules=TASK_MODULES)
     try:
         a = p.submit("sleep", {"seconds": 0.5})
         b = p.submit("sleep", {"seconds": 0.01})
@@ -114,7 +137,7 @@ def test_admission_limits_fail_fast_with_overloaded():
 
 
 def test_bytes_limit_counts_payload_size():
-    p = WorkerPool("indexing", 1, max_pending_bytes=1000, idle_timeout_s=None)
+    p = WorkerPool("indexing", 1, max_pending_bytes=1000, idle_timeout_s=None, task_modules=TASK_MODULES)
     try:
         with pytest.raises(WorkerOverloaded):
             p.run("ping", "y" * 2000)
@@ -134,7 +157,7 @@ def test_two_workers_run_in_parallel(pool):
 
 
 def test_idle_workers_retire_and_come_back():
-    p = WorkerPool("retrieval", 1, idle_timeout_s=0.3)
+    p = WorkerPool("retrieval", 1, idle_timeout_s=0.3, task_modules=TASK_MODULES)
     try:
         first = p.run("pid")
         wait_for(lambda: not p.worker_pids(), step=0.05)
@@ -146,7 +169,7 @@ def test_idle_workers_retire_and_come_back():
 
 
 def test_restart_on_error_replaces_worker():
-    p = WorkerPool("retrieval", 1, restart_on_error=True, idle_timeout_s=None)
+    p = WorkerPool("retrieval", 1, restart_on_error=True, idle_timeout_s=None, task_modules=TASK_MODULES)
     try:
         first = p.run("pid")
         with pytest.raises(WorkerError):
@@ -157,7 +180,7 @@ def test_restart_on_error_replaces_worker():
 
 
 def test_close_drains_then_refuses():
-    p = WorkerPool("retrieval", 1, idle_timeout_s=None)
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None, task_modules=TASK_MODULES)
     futs = [p.submit("sleep", {"seconds": 0.1}) for _ in range(3)]
     p.close()
     assert [f.result(0) for f in futs] == [0.1, 0.1, 0.1]
@@ -166,13 +189,35 @@ def test_close_drains_then_refuses():
     assert p.worker_pids() == []
 
 
+def test_the_product_registers_no_test_tasks():
+    # ping/pid/sleep/spin/fail/runtime_info and the "hold" op live in tests.worker_tasks
+    code = "import json, workers.tasks as t; print(json.dumps([sorted(t.TASKS), sorted(t.OPS)]))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [["index_state", "prepare", "prepare_many", "retrieve"],
+                                      ["fts_raw", "metadata", "run_search", "vector"]]
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_task_modules_register_extra_tasks_in_every_worker(start_method):
+    plain = WorkerPool("retrieval", 1, start_method=start_method, idle_timeout_s=None)
+    extra = WorkerPool("retrieval", 1, start_method=start_method, idle_timeout_s=None, task_modules=TASK_MODULES)
+    try:
+        with pytest.raises(WorkerError, match="unknown worker task 'pid'"):
+            plain.run("pid")
+        assert extra.run("pid") != os.getpid()
+    finally:
+        plain.close()
+        extra.close()
+
+
 def test_fork_start_method_is_refused():
     with pytest.raises(ValueError, match="'fork' is not allowed"):
         WorkerPool("retrieval", 1, start_method="fork")
 
 
 def test_spawn_start_method_works():
-    p = WorkerPool("retrieval", 1, start_method="spawn", idle_timeout_s=None)
+    p = WorkerPool("retrieval", 1, start_method="spawn", idle_timeout_s=None, task_modules=TASK_MODULES)
     try:
         info = p.run("runtime_info")
         assert info["env"]["OMP_NUM_THREADS"] == "1"
@@ -189,10 +234,11 @@ def test_inline_pool_runs_the_same_tasks_in_process():
     from memory_core.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest):
-        retrieval.run("fail", {"code": "invalid_request"})
+        retrieval.run("fail", {"type": "InvalidRequest", "code": "invalid_request"})
 
 
-@pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "host_facades.engine_knn",
+@pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "workers.frames", "workers.launch",
+                                    "host_facades.engine_knn", "host_facades.sqlite_read", "host_facades.vector_state",
                                     "host_facades.lexical", "host_facades.vector_search",
                                     "host_facades.engine_indexing", "host_facades.ranking",
                                     "host_facades.search_run"])
@@ -207,7 +253,8 @@ def test_worker_modules_import_no_owner_modules(module):
     assert out.stdout.strip() == "[]"
 
 
-def test_worker_does_not_reimport_owner_main(tmp_path):
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_worker_does_not_reimport_owner_main(tmp_path, start_method):
     # An owner whose __main__ imports owner-only modules (like the console script) must not make
     # workers import them.
     script = tmp_path / "owner.py"
@@ -215,9 +262,9 @@ def test_worker_does_not_reimport_owner_main(tmp_path):
         "import sys\nsys.path.insert(0, %r)\nimport memory_core.config\n"
         "from workers.pool import WorkerPool\n"
         "if __name__ == '__main__':\n"
-        "    p = WorkerPool('retrieval', 1)\n"
+        "    p = WorkerPool('retrieval', 1, start_method=%r, task_modules=('tests.worker_tasks',))\n"
         "    print(sorted(m for m in p.run('runtime_info')['modules'] if m.startswith('memory_core')))\n"
-        "    p.close()\n" % ROOT
+        "    p.close()\n" % (ROOT, start_method)
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -229,7 +276,7 @@ def test_worker_does_not_reimport_owner_main(tmp_path):
 
 @pytest.fixture
 def piped():
-    p = WorkerPool("retrieval", 1, idle_timeout_s=None, pipeline_depth=2)
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None, pipeline_depth=2, task_modules=TASK_MODULES)
     p.prewarm(1)
     yield p
     p.close(drain=False)
@@ -381,7 +428,7 @@ def test_run_callers_on_a_killed_worker_fail_or_move_to_the_replacement(piped):
 def test_broadcasts_to_a_busy_worker_never_block_the_pool():
     # Control frames to a busy worker wait in its request pipe until its task ends; past a
     # budget they are skipped, so the pool lock is never held by a write on a full pipe.
-    p = WorkerPool("retrieval", 1, idle_timeout_s=None)
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None, task_modules=TASK_MODULES)
     try:
         running = p.submit("sleep", {"seconds": 2.0})
         _wait_busy(p)

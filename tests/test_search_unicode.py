@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from host_facades import lexical
-from host_facades.engine_knn import open_readonly
+from host_facades.sqlite_read import open_readonly
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
 from tests.search_fixtures import FakeEmbedder, build_index

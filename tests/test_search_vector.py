@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from host_facades import vector_search
-from host_facades.engine_knn import open_readonly, read_snapshot
+from host_facades.sqlite_read import open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine

@@ -10,9 +10,11 @@ import pytest
 
 from benchmarks.bench_throughput import MODEL, build_db
 from host_facades import shared_vectors
-from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot
+from host_facades.engine_knn import DerivedStateCache
+from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
 from tests.helpers import runtime_infos
+from tests.worker_tasks import TASK_MODULES
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
 
@@ -44,7 +46,7 @@ def files(db: str) -> list[str]:
 
 
 def test_two_workers_build_a_generation_once_and_map_the_same_files(fresh):
-    pool = WorkerPool("retrieval", 2, idle_timeout_s=None)
+    pool = WorkerPool("retrieval", 2, idle_timeout_s=None, task_modules=TASK_MODULES)
     try:
         pool.prewarm()
         payload = {"db_path": fresh, "ops": vector_op(1), "metadata": None, "keep": []}

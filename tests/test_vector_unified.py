@@ -1,4 +1,4 @@
-"""One in-memory vector search (host_facades.engine_knn) for in-process and pooled searches:
+"""One in-memory vector search (host_facades.vector_state) for in-process and pooled searches:
 identical results, exact top-k from the compressed candidate indexes, bounded in-process cache."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from host_facades import engine_knn, vector_search
-from host_facades.engine_knn import VectorState, build_index, db_identity, open_readonly, read_snapshot
+from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
+from host_facades.vector_state import VectorState, build_index
 from host_facades.vectors import encode_vector
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
@@ -16,7 +17,7 @@ from tests.search_fixtures import add_chunk, open_db
 from workers.pool import WorkerPool
 from workers.retriever import PooledRetriever
 
-N_BIG = 24_000  # above engine_knn.FP16_MIN_ROWS: the int8 candidate index + exact rescoring
+N_BIG = 24_000  # above vector_state.FP16_MIN_ROWS: the int8 candidate index + exact rescoring
 DIMS = 32
 
 

@@ -17,13 +17,15 @@ deadlines, idle workers and the channels of tasks no ``run()`` caller waits on (
 - Idle workers retire after ``idle_timeout_s``; ``restart_on_error`` replaces a worker after a
   failed task; ``close()`` drains queued and running tasks, then stops the workers.
 
-Workers never import ``memory_core``: the target is :func:`workers.runtime.worker_main`, and the
-parent's ``__main__`` is not re-imported in workers (see :class:`_IsolatedForkServerPopen`).
+Workers never import ``memory_core``: the target is :func:`workers.runtime.worker_main`, and
+:mod:`workers.launch` starts them without re-importing the owner's ``__main__``.
 """
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures
+import importlib
 import itertools
 import os
 import pickle
@@ -31,23 +33,22 @@ import select
 import signal
 import threading
 import time
-import _thread
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import multiprocess
 from multiprocess import connection as mp_connection
 
 from memory_core.errors import (
-    MemoryCoreError,
     WorkerError,
     WorkerOverloaded,
     WorkerTimeout,
     WorkerUnavailable,
     error_from_data,
 )
-from workers.runtime import NO_REPLY, read_frame, write_frame
+from workers.frames import NO_REPLY, read_frame, write_frame
+from workers.launch import get_context, start_worker
+from workers.runtime import worker_main
 
 DEFAULT_MAX_PENDING_TASKS = 1024
 DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
@@ -59,116 +60,6 @@ MAX_PIPELINE_DEPTH = 8
 PIPELINE_MAX_BYTES = 32 * 1024
 CONTROL_MAX_BYTES = 16 * 1024
 _EXIT = pickle.dumps(("exit",), protocol=pickle.HIGHEST_PROTOCOL)
-FORKSERVER_PRELOAD = ["workers.runtime", "numpy", "workers.tasks"]
-
-_CODE_TO_ERROR: dict[str, type[WorkerError]] = {
-    "unavailable": WorkerUnavailable,
-    "timeout": WorkerTimeout,
-    "overloaded": WorkerOverloaded,
-    "failed": WorkerError,
-}
-
-
-def error_from_reply(error: dict[str, Any]) -> MemoryCoreError:
-    """Rebuild the typed owner-side error for a worker's ``{"code", "message"}`` error data."""
-    code = str(error.get("code") or "failed")
-    message = str(error.get("message") or "worker task failed")
-    cls = _CODE_TO_ERROR.get(code)
-    if cls is not None:
-        return cls(message)
-    if error.get("type"):
-        return error_from_data(error)
-    from memory_core import errors as _errors
-
-    for candidate in vars(_errors).values():
-        if isinstance(candidate, type) and issubclass(candidate, MemoryCoreError) and candidate.code == code:
-            return candidate(message)
-    return WorkerError(message, code=code)
-
-
-# --- process creation --------------------------------------------------------------------------
-
-_context_lock = threading.Lock()
-_contexts: dict[str, Any] = {}
-
-
-def _get_context(start_method: str):
-    if start_method == "fork":
-        raise ValueError("start_method 'fork' is not allowed (threads and faiss may already run); "
-                         "use 'forkserver' or 'spawn'")
-    with _context_lock:
-        ctx = _contexts.get(start_method)
-        if ctx is None:
-            ctx = multiprocess.get_context(start_method)
-            if start_method == "forkserver":
-                ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
-            _contexts[start_method] = ctx
-        return ctx
-
-
-def _strip_main(prep: dict) -> dict:
-    # A worker must not re-run the owner's __main__ (e.g. the `memory-core` console script, which
-    # imports the CLI, the config loader and the writer).
-    prep.pop("init_main_from_path", None)
-    prep.pop("init_main_from_name", None)
-    return prep
-
-
-def _make_process(ctx, start_method: str, target, args, name: str):
-    from workers import runtime
-
-    if start_method == "forkserver":
-        return runtime.ForkServerWorkerProcess(target=target, args=args, name=name, daemon=True)
-    if start_method == "spawn":
-        return runtime.SpawnWorkerProcess(target=target, args=args, name=name, daemon=True)
-    raise ValueError(f"unknown start_method {start_method!r}; use 'forkserver' or 'spawn'")
-
-
-from multiprocess import forkserver as _mp_forkserver  # noqa: E402
-from multiprocess import popen_forkserver as _mp_popen_forkserver  # noqa: E402
-from multiprocess import popen_spawn_posix as _mp_popen_spawn  # noqa: E402
-from multiprocess import spawn as _mp_spawn  # noqa: E402
-from multiprocess import util as _mp_util  # noqa: E402
-from multiprocess.context import reduction as _mp_reduction  # noqa: E402
-from multiprocess.context import set_spawning_popen as _mp_set_spawning_popen  # noqa: E402
-
-
-class IsolatedForkServerPopen(_mp_popen_forkserver.Popen):
-    """``popen_forkserver.Popen`` whose child does not re-import the owner's ``__main__``."""
-
-    def _launch(self, process_obj):  # mirrors multiprocess.popen_forkserver.Popen._launch
-        import io
-
-        prep_data = _strip_main(_mp_spawn.get_preparation_data(process_obj._name))
-        buf = io.BytesIO()
-        _mp_set_spawning_popen(self)
-        try:
-            _mp_reduction.dump(prep_data, buf)
-            _mp_reduction.dump(process_obj, buf)
-        finally:
-            _mp_set_spawning_popen(None)
-        self.sentinel, w = _mp_forkserver.connect_to_new_process(self._fds)
-        _parent_w = os.dup(w)
-        self.finalizer = _mp_util.Finalize(self, _mp_util.close_fds, (_parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = _mp_forkserver.read_signed(self.sentinel)
-
-
-class IsolatedSpawnPopen(_mp_popen_spawn.Popen):
-    """``popen_spawn_posix.Popen`` whose child does not re-import the owner's ``__main__``."""
-
-    _patch_lock = threading.Lock()
-
-    def _launch(self, process_obj):
-        with IsolatedSpawnPopen._patch_lock:
-            orig = _mp_spawn.get_preparation_data
-            _mp_spawn.get_preparation_data = lambda n: _strip_main(orig(n))
-            try:
-                super()._launch(process_obj)
-            finally:
-                _mp_spawn.get_preparation_data = orig
-
 
 # --- pool --------------------------------------------------------------------------------------
 
@@ -277,7 +168,10 @@ class _RunResult:
 
 
 class WorkerPool:
-    """A bounded pool of worker processes; each runs one task at a time (spec §8.1)."""
+    """A bounded pool of worker processes; each runs one task at a time (spec §8.1).
+
+    ``task_modules``: modules every worker imports at start, which add tasks with
+    :func:`workers.tasks.task` (tests pass ``tests.worker_tasks``; the product needs none)."""
 
     def __init__(
         self,
@@ -291,6 +185,7 @@ class WorkerPool:
         restart_on_error: bool = False,
         start_method: str = "forkserver",
         pipeline_depth: int = 1,
+        task_modules: tuple[str, ...] = (),
     ) -> None:
         size = os.cpu_count() or 1 if size is None else size
         for key, value in (("size", size), ("max_pending_tasks", max_pending_tasks),
@@ -305,6 +200,8 @@ class WorkerPool:
         self.idle_timeout_s = idle_timeout_s
         self.restart_on_error = restart_on_error
         self.start_method = start_method
+        # modules each worker imports at start to register extra tasks (tests' diagnostics)
+        self.task_modules = tuple(task_modules)
         # Tasks a busy worker may hold: 1 = one at a time; 2 = the next task already waits in the
         # worker's pipe, so a worker never idles while the owner's dispatcher thread gets CPU to
         # hand it the next one (on 2 cores shared with the owner that gap cost ~25% of the worker).
@@ -314,7 +211,7 @@ class WorkerPool:
             raise ValueError(f"WorkerPool pipeline_depth must be an integer in 1..{MAX_PIPELINE_DEPTH}, "
                              f"got {pipeline_depth!r}")
         self.pipeline_depth = pipeline_depth
-        self._ctx = _get_context(start_method)
+        get_context(start_method)  # refuses 'fork' and unknown methods now, not at the first task
         self._lock = threading.RLock()
         self._idle_cv = threading.Condition(self._lock)
         self._queue: deque[_Task] = deque()
@@ -561,17 +458,9 @@ class WorkerPool:
     def _start_slot(self, slot: _Slot) -> None:
         """Start a worker process for ``slot`` (called without the lock; may take tens of ms)."""
         try:
-            req_r, req_w = mp_connection.Pipe(duplex=False)
-            replies = [mp_connection.Pipe(duplex=False) for _ in range(self.pipeline_depth)]
-            from workers.runtime import worker_main
-
-            proc = _make_process(self._ctx, self.start_method, worker_main,
-                                 (req_r, [w for _, w in replies], self.name),
-                                 f"memory-core-{self.name}-{slot.index}")
-            proc.start()
-            req_r.close()
-            for _, w in replies:
-                w.close()
+            proc, req_w, reply_rs = start_worker(
+                self.start_method, worker_main, name=f"memory-core-{self.name}-{slot.index}",
+                channels=self.pipeline_depth, args=(self.name, self.task_modules))
         except Exception as exc:  # noqa: BLE001
             with self._lock:
                 if slot in self._slots:
@@ -584,16 +473,16 @@ class WorkerPool:
             self.stats["started"] += 1
             slot.proc = proc
             slot.sentinel = proc.sentinel
-            slot.handles = (req_w, *(r for r, _ in replies))
+            slot.handles = (req_w, *reply_rs)
             slot.request_fd = req_w.fileno()
-            slot.channel_fds = [r.fileno() for r, _ in replies]
+            slot.channel_fds = [r.fileno() for r in reply_rs]
             for fd in slot.channel_fds:
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
                 poller.register(proc.sentinel, select.POLLIN)
                 slot.pollers.append(poller)
-            slot.owners = [None] * len(replies)
-            slot.free = list(range(len(replies) - 1, -1, -1))
+            slot.owners = [None] * len(reply_rs)
+            slot.free = list(range(len(reply_rs) - 1, -1, -1))
             if self._closed or slot.state == "retiring":
                 proc.kill()
                 return
@@ -713,7 +602,7 @@ class WorkerPool:
         if ok:
             self._finish(task, value=value)
         else:
-            self._finish(task, exc=error_from_reply(value or {}))
+            self._finish(task, exc=error_from_data(value))
         if not ok and self.restart_on_error and slot.state != "retiring":
             self._retire(slot)
             return
@@ -965,8 +854,11 @@ def _readable(fd: int) -> bool:
 class InlinePool:
     """``pool.workers = 0``: the same task functions, run synchronously in the owner process."""
 
-    def __init__(self, name: str = "inline") -> None:
+    def __init__(self, name: str = "inline", *, task_modules: tuple[str, ...] = ()) -> None:
         from workers import tasks
+
+        for module in task_modules:
+            importlib.import_module(module)
 
         self.name = name
         self.size = 0
@@ -989,7 +881,7 @@ class InlinePool:
         try:
             return fn(payload, self.context)
         except self._tasks.TaskError as exc:
-            raise error_from_reply({"code": exc.code, "message": str(exc)}) from exc
+            raise error_from_data(exc.to_data()) from exc
 
     def broadcast(self, control: str, payload: Any) -> int:
         handler = self._tasks.CONTROLS.get(control)

@@ -34,14 +34,11 @@ class PooledRetriever:
         self.current: dict[str, int] = {}  # newest revision seen per database identity
         self.current_db_id: str | None = None
 
-    def retrieve(self, ops: list[dict], *, metadata: Any = "hits", hold: dict | None = None,
-                 timeout_s: float | None = None) -> dict:
+    def retrieve(self, ops: list[dict], *, metadata: Any = "hits", timeout_s: float | None = None) -> dict:
         """Run ``ops`` (see ``workers.tasks.retrieve``) on one generation; returns its result dict."""
         lease, keep = self.leases.acquire_unbound(self.current_db_id)
         try:
-            payload: dict[str, Any] = {"db_path": self.db_path, "ops": ops, "metadata": metadata, "keep": keep}
-            if hold:
-                payload["hold"] = hold
+            payload = {"db_path": self.db_path, "ops": ops, "metadata": metadata, "keep": keep}
             result = self.pool.run("retrieve", payload, timeout_s=timeout_s or self.timeout_s)
             if result.get("db_id") is not None:
                 db_id, revision = result["db_id"], int(result["revision"])

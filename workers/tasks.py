@@ -10,7 +10,6 @@ generation, and the task reports that generation (``revision``) and the file ide
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,19 +17,45 @@ from typing import Any
 
 import numpy as np
 
-from host_facades import engine_knn, shared_vectors
-from host_facades.engine_knn import DerivedStateCache, db_identity, open_readonly, read_snapshot, unreadable
+from host_facades.engine_knn import DerivedStateCache
+from host_facades.sqlite_read import (
+    SQLITE_IDLE_HANDLE_TTL_S,
+    db_identity,
+    open_readonly,
+    read_snapshot,
+    unreadable,
+)
+from host_facades.vector_state import model_key
 from host_facades.vectors import decode_vector
 
 MAX_CACHED_READERS = 8
 
 
 class TaskError(Exception):
-    """A task failure with a stable code; crosses the process boundary as ``{"code", "message"}``."""
+    """A task failure as the owner's typed error: ``error_type`` names a ``memory_core.errors`` class
+    (workers never import it), ``code`` is its stable code. Crosses the pipe as :meth:`to_data`, the
+    shape of ``MemoryCoreError.to_data()``, which the owner rebuilds with ``error_from_data``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, error_type: str, code: str, message: str) -> None:
         super().__init__(message)
+        self.error_type = error_type
         self.code = code
+        self.message = message
+
+    @classmethod
+    def from_data(cls, data: dict[str, str]) -> TaskError:
+        return cls(data["type"], data["code"], data["message"])
+
+    def to_data(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message, "type": self.error_type}
+
+
+def failure_data(exc: BaseException) -> dict[str, str]:
+    """The error data of any exception a task raised: a :class:`TaskError` as itself, anything else
+    as a ``WorkerError`` naming the exception."""
+    if isinstance(exc, TaskError):
+        return exc.to_data()
+    return {"code": "failed", "message": f"{type(exc).__name__}: {exc}", "type": "WorkerError"}
 
 
 @dataclass
@@ -49,7 +74,7 @@ class WorkerContext:
         """A read-only connection to ``db_path`` whose file identity is ``ident`` (cached)."""
         now = time.monotonic()
         for path, (conn, _ident, used) in list(self.readers.items()):
-            if now - used > engine_knn.SQLITE_IDLE_HANDLE_TTL_S:
+            if now - used > SQLITE_IDLE_HANDLE_TTL_S:
                 self.drop_reader(path)
         entry = self.readers.get(db_path)
         if entry is not None and entry[1] == ident:
@@ -76,6 +101,10 @@ CONTROLS: dict[str, Callable[[Any, WorkerContext], None]] = {}
 
 
 def task(name: str):
+    """Register ``fn(payload, ctx)`` as the task ``name``. A module of extra tasks (tests'
+    diagnostics, a benchmark's probe) registers its own with this decorator and is named in the
+    pool's ``task_modules``: every worker imports it at start."""
+
     def deco(fn):
         TASKS[name] = fn
         return fn
@@ -91,62 +120,12 @@ def control(name: str):
     return deco
 
 
-# --- diagnostics and CPU tasks (pool tests, prewarm) ------------------------------------------
-
-
-@task("ping")
-def ping(payload: Any, ctx: WorkerContext) -> Any:
-    return payload
-
-
-@task("pid")
-def pid(payload: Any, ctx: WorkerContext) -> int:
-    return os.getpid()
-
-
-@task("sleep")
-def sleep(payload: dict, ctx: WorkerContext) -> float:
-    time.sleep(float(payload.get("seconds", 0)))
-    return float(payload.get("seconds", 0))
-
-
-@task("spin")
-def spin(payload: dict, ctx: WorkerContext) -> int:
-    """Pure-Python CPU work (sum of squares below ``n``): a stand-in for chunk preparation cost."""
-    n = int(payload.get("n", 100_000))
-    return sum(i * i for i in range(n))
-
-
 def _unreadable_as_task_error(db_path: str, exc: BaseException) -> None:
-    """An index file SQLite cannot read crosses the boundary as its typed error's code (the owner
+    """An index file SQLite cannot read crosses the boundary as its typed error's data (the owner
     raises IndexCorrupt / IndexUnreadable), not as a generic task failure."""
     err = unreadable(db_path, exc)
     if err is not None:
-        raise TaskError(err.code, err.message) from None
-
-
-@task("fail")
-def fail(payload: dict, ctx: WorkerContext) -> None:
-    code = payload.get("code")
-    if code:
-        raise TaskError(str(code), str(payload.get("message", "requested failure")))
-    raise ValueError(str(payload.get("message", "requested failure")))
-
-
-@task("runtime_info")
-def runtime_info(payload: Any, ctx: WorkerContext) -> dict:
-    """What a worker has loaded and how its threads are pinned (checked by the isolation tests)."""
-    info: dict[str, Any] = {
-        "pid": os.getpid(),
-        "modules": sorted(m for m in sys.modules if m.startswith(("memory_core", "workers", "host_facades"))),
-        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
-        "derived_keys": [list(k) for k in ctx.cache.keys()],
-        "shared_vector_builds": shared_vectors.BUILDS,
-        "tasks_run": ctx.tasks_run,
-    }
-    if "faiss" in sys.modules:
-        info["faiss_threads"] = int(sys.modules["faiss"].omp_get_max_threads())
-    return info
+        raise TaskError.from_data(err.to_data()) from None
 
 
 @control("retain")
@@ -234,13 +213,13 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     q = decode_vector(qvec) if isinstance(qvec, (bytes, bytearray)) else np.asarray(qvec, dtype=np.float32)
     backend = op.get("backend", "auto")
     if backend == "sqlite-vec":
-        from host_facades import vector_search  # H4
+        from host_facades import vector_search
 
         return vector_search.knn_search(conn, q, limit=int(op["limit"]), model=op["model"], backend="sqlite-vec")
     if backend not in ("auto", "faiss", "numpy"):
-        raise TaskError("invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
+        raise TaskError("InvalidRequest", "invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
     model = op.get("model")
-    key = (env["db_id"], env["revision"], engine_knn.model_key(model))
+    key = (env["db_id"], env["revision"], model_key(model))
     state = ctx.cache.get_or_build(conn, key)
     sources = op.get("sources")
     # the same VectorState.search as in-process searches (host_facades.vector_search): identical results
@@ -259,7 +238,7 @@ def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
     from host_facades.search_run import run_search
 
     def vector_state(conn, model):
-        return ctx.cache.get_or_build(conn, (env["db_id"], env["revision"], engine_knn.model_key(model)))
+        return ctx.cache.get_or_build(conn, (env["db_id"], env["revision"], model_key(model)))
 
     return run_search(conn, op["req"], vector_state=vector_state, db_id=env["db_id"])
 
@@ -291,19 +270,6 @@ def _hit_ids(result: Any) -> list[str]:
         elif hasattr(hit, "id"):
             ids.append(hit.id)
     return ids
-
-
-def _hold(spec: dict | None) -> None:
-    """Test hook: after the snapshot is taken, signal and wait (bounded) for a release file."""
-    if not spec:
-        return
-    tmp = f"{spec['signal']}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(os.getpid()))
-    os.replace(tmp, spec["signal"])  # atomic: a watcher never sees an empty signal file
-    deadline = time.monotonic() + float(spec.get("timeout_s", 10))
-    while not os.path.exists(spec["release"]) and time.monotonic() < deadline:
-        time.sleep(0.005)
 
 
 @task("retrieve")
@@ -346,19 +312,18 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
             _unreadable_as_task_error(db_path, exc)
             raise
-    raise TaskError("unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
+    raise TaskError("WorkerUnavailable", "unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
 
 
 def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, revision: int, db_path: str):
     """All reads of one retrieval task, inside the caller's read transaction."""
     env = {"db_id": db_id, "revision": revision, "db_path": db_path}
     ctx.cache.retain(db_id, set(payload.get("keep", ())) | {revision})
-    _hold(payload.get("hold"))
     results = []
     for op in ops:
         fn = OPS.get(op.get("op", ""))
         if fn is None:
-            raise TaskError("invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
+            raise TaskError("InvalidRequest", "invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
         results.append(fn(conn, op, ctx, env))
     meta_spec = payload.get("metadata")
     metadata: dict[str, dict] = {}
@@ -375,7 +340,7 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
 
 @task("prepare")
 def prepare(payload: dict, ctx: WorkerContext) -> list:
-    """``host_facades.engine_indexing.prepare_chunks(**payload)`` (H1's pure pipeline, §2.4)."""
+    """``host_facades.engine_indexing.prepare_chunks(**payload)`` (the pure chunking pipeline, §2.4)."""
     from host_facades.engine_indexing import prepare_chunks
 
     return prepare_chunks(**payload)

@@ -4,12 +4,8 @@ from memory_core.embeddings.base import (
     EmbeddingCacheStore,
     EmbeddingProvider,
     ProviderRequestError,
-    ProviderUnavailable,
     compute_provider_key,
-    create_embedding_provider,
     l2_normalise,
-    register_embedding_provider,
-    registered_providers,
 )
 from memory_core.embeddings.batching import (
     MAX_BATCH_INPUTS,
@@ -20,6 +16,12 @@ from memory_core.embeddings.batching import (
     estimate_tokens,
     plan_batches,
 )
+from memory_core.embeddings.registry import (
+    create_embedding_provider,
+    register_embedding_provider,
+    registered_providers,
+)
+from memory_core.errors import ProviderUnavailable
 
 __all__ = [
     "EmbeddingCacheStore",

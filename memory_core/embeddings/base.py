@@ -1,38 +1,17 @@
-"""The embedding provider interface, the provider registry and the cache protocol (spec §7).
+"""The embedding provider interface and the cache protocol (spec §7), which providers implement.
 
 A provider has one method, ``embed_batch(texts) -> float32 array (n, dims)``, L2-normalised rows.
-Providers are created by name from the configuration; ``"none"`` means keyword-only (no provider).
-An explicitly configured provider that cannot be used raises ProviderUnavailable: memory-core never
-downgrades a semantic index to keyword-only behind the user's back (D4, §7.4).
+Providers are created by name in :mod:`memory_core.embeddings.registry`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-
-from memory_core.errors import ConfigError, ProviderUnavailable
-
-if TYPE_CHECKING:
-    from memory_core.config import MemoryCoreConfig
-
-__all__ = [
-    "EmbeddingProvider",
-    "EmbeddingCacheStore",
-    "ProviderRequestError",
-    "ProviderUnavailable",
-    "ProviderFactory",
-    "register_embedding_provider",
-    "create_embedding_provider",
-    "registered_providers",
-    "compute_provider_key",
-    "l2_normalise",
-]
 
 
 @runtime_checkable
@@ -69,73 +48,6 @@ class ProviderRequestError(Exception):
         self.status = status
         self.retryable = retryable
         self.splittable = splittable
-
-
-ProviderFactory = Callable[["MemoryCoreConfig"], "EmbeddingProvider | None"]
-
-_REGISTRY: dict[str, ProviderFactory] = {}
-_BUILTINS_LOADED = False
-
-
-def register_embedding_provider(name: str, factory: ProviderFactory, *, replace: bool = True) -> None:
-    """Make ``provider = name`` in the configuration create providers with ``factory(config)``."""
-    key = name.strip().lower()
-    if not key:
-        raise ValueError("provider name must not be empty")
-    if not replace and key in _REGISTRY:
-        raise ValueError(f"embedding provider {key!r} is already registered")
-    _REGISTRY[key] = factory
-
-
-_BUILTINS_LOCK = threading.Lock()
-
-
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    # Locked, and the flag set only once the registry is filled: concurrent first searches (gateway
-    # threads) must never see the flag with an empty registry ("unknown embedding provider 'none'").
-    with _BUILTINS_LOCK:
-        if _BUILTINS_LOADED:
-            return
-        from memory_core.embeddings.local import create_local
-        from memory_core.embeddings.openai_compatible import create_openai_compatible
-
-        # setdefault: a provider registered by the application before first use wins over the built-in.
-        _REGISTRY.setdefault("local", create_local)
-        _REGISTRY.setdefault("openai-compatible", create_openai_compatible)
-        _REGISTRY.setdefault("none", lambda config: None)
-        _REGISTRY.setdefault("auto", _auto_factory)
-        _BUILTINS_LOADED = True
-
-
-def _auto_factory(config: MemoryCoreConfig) -> EmbeddingProvider | None:
-    # "auto" is the optional mode of spec §7.1: the local model if it can run, else keyword-only.
-    try:
-        return _REGISTRY["local"](config)
-    except ProviderUnavailable:
-        return None
-
-
-def registered_providers() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
-def create_embedding_provider(config: MemoryCoreConfig) -> EmbeddingProvider | None:
-    """The configured provider, or None for ``"none"`` (keyword-only).
-
-    Unknown names raise ConfigError; a known provider that cannot run raises ProviderUnavailable.
-    """
-    _load_builtins()
-    name = (config.provider or "none").strip().lower()
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        raise ConfigError(
-            f"provider: unknown embedding provider {name!r}; use one of {', '.join(registered_providers())}"
-        )
-    return factory(config)
 
 
 def compute_provider_key(settings: Mapping[str, Any]) -> str:

@@ -29,7 +29,7 @@ from memory_core.gateway.params import (
     parse_v1_search,
 )
 from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
-from memory_core.host.enforcement import resolve
+from memory_core.host.awaiting import resolve
 from memory_core.host.legacy import acquire_legacy_manager, legacy_result
 from memory_core.provider.types import (
     AbortSignal,
@@ -94,7 +94,7 @@ class MemoryService:
         from memory_core.core import MemoryCore
 
         core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
-        core.freshness.start()  # H8: watcher, interval and startup catch-up while serving
+        core.freshness.start()  # watcher, interval and startup catch-up while serving
         return core
 
     def agent_config(self, agent_id: str) -> MemoryCoreConfig:

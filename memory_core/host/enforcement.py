@@ -12,8 +12,6 @@ methods may be ``async`` or plain functions, results may be contract models or c
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +19,6 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from memory_core.errors import (
-    Aborted,
     AuthorityNotCurrent,
     CapabilityNotDeclared,
     Forbidden,
@@ -29,10 +26,11 @@ from memory_core.errors import (
     ProviderContractError,
 )
 from memory_core.host.audiences import HOST_AUDIENCES, AudienceRegistry
+from memory_core.host.awaiting import race_with_signal, resolve
+from memory_core.host.legacy import adapt_legacy_memory_provider
 from memory_core.provider.types import (
     CANDIDATE_KINDS,
     MEMORY_SOURCES,
-    AbortSignal,
     MemoryCallerContext,
     MemoryCandidateRequest,
     MemoryCitation,
@@ -76,46 +74,6 @@ def candidates_not_declared(kind: str) -> str:
 
 _MISSING: Any = object()
 _GET_RESULT = TypeAdapter(MemoryGetResult)
-
-
-async def resolve(value: Any) -> Any:
-    """Await ``value`` if it is awaitable (provider methods may be sync or async)."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-async def race_with_signal(awaitable: Awaitable[Any], signal: AbortSignal | None) -> Any:
-    """Await ``awaitable`` unless ``signal`` aborts first (``racePromiseWithAbortSignal``)."""
-    if signal is None:
-        return await awaitable
-    signal.throw_if_aborted()
-    loop = asyncio.get_running_loop()
-    aborted: asyncio.Future[None] = loop.create_future()
-
-    def settle() -> None:
-        if not aborted.done():
-            aborted.set_result(None)
-
-    def on_abort() -> None:  # abort() may be called from any thread
-        try:
-            if asyncio.get_running_loop() is loop:
-                settle()
-                return
-        except RuntimeError:
-            pass
-        loop.call_soon_threadsafe(settle)
-
-    task = asyncio.ensure_future(awaitable)
-    signal.add_listener(on_abort)
-    try:
-        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        signal.remove_listener(on_abort)
-    if task.done():
-        return task.result()
-    task.cancel()
-    raise Aborted(signal.reason or "This operation was aborted")
 
 
 @dataclass
@@ -416,8 +374,6 @@ class MemoryHost:
             adapter = "native"
             result = _normalize_open_result(await resolve(owner.provider_runtime.open(open_params)))
         else:
-            from memory_core.host.legacy import adapt_legacy_memory_provider
-
             adapter = "legacy"
             result = await adapt_legacy_memory_provider(owner.runtime, provider_id, open_params)
         try:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from memory_core.errors import ProviderContractError
-from memory_core.host.enforcement import resolve
+from memory_core.host.awaiting import resolve
 from memory_core.provider.types import (
     AutomaticRecall,
     ConversationRecallContext,

@@ -43,7 +43,7 @@ from memory_core.errors import (
     MemoryManagerReloading,
     ProviderUnavailable,
 )
-from memory_core.host.enforcement import race_with_signal
+from memory_core.host.awaiting import race_with_signal
 from memory_core.provider.lifecycle import RELOADING, ReloadFence
 from memory_core.provider.types import (
     AutomaticRecall,
@@ -743,7 +743,7 @@ def _clamp_results(value: int | None, default: int) -> int:
 
 
 def _db_identity(db_path: str) -> str | None:
-    from host_facades.engine_knn import db_identity
+    from host_facades.sqlite_read import db_identity
 
     try:
         return db_identity(db_path)

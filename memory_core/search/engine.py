@@ -25,8 +25,9 @@ import apsw
 import numpy as np
 
 from host_facades import lexical
-from host_facades.engine_knn import process_state, read_snapshot
+from host_facades.engine_knn import process_state
 from host_facades.search_run import run_search
+from host_facades.sqlite_read import read_snapshot
 from host_facades.vectors import encode_vector
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
 from memory_core.search import ranking

@@ -35,7 +35,7 @@ def engine_for(core: Any) -> SearchEngine:
     # MemoryCore.search runs core.before_search() (freshness: bootstrap sync of an empty index, dirty
     # sync); without that hook the engine runs the forced bootstrap sync itself.
     has_freshness = callable(getattr(core, "before_search", None))
-    from workers.shared import retriever_for  # H7: snapshot reads in the retrieval pool (pool.workers=0: in-process)
+    from workers.shared import retriever_for  # snapshot reads in the retrieval pool (pool.workers=0: in-process)
 
     engine = SearchEngine(core.config, core.db_path, core.provider, identity_check=identity_check,
                           on_empty_index=None if has_freshness else on_empty_index, retriever=retriever_for(core))
@@ -55,7 +55,7 @@ def close_engine(core: Any) -> None:
 
 
 def _is_indexed_session(db_path: str, rel_path: str) -> bool:
-    from host_facades.engine_knn import open_readonly
+    from host_facades.sqlite_read import open_readonly
 
     if not os.path.exists(db_path):
         return False

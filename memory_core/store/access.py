@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import cast
 
 import apsw
 
-from host_facades.engine_knn import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
-from memory_core.errors import IndexCorrupt, IndexUnreadable, StateDirNotWritable
+from host_facades.sqlite_read import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
+from memory_core.errors import IndexUnreadable, StateDirNotWritable, error_from_data
 from memory_core.store.perms import PRIVATE_DIR
 
 
@@ -62,7 +63,7 @@ def ensure_writable_dir(db_path: str) -> None:
 
 def typed(err: DatabaseUnreadable) -> IndexUnreadable:
     """The memory_core error for a read failure reported by ``host_facades``."""
-    return IndexCorrupt(err.message) if err.code == IndexCorrupt.code else IndexUnreadable(err.message)
+    return cast(IndexUnreadable, error_from_data(err.to_data()))
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from typing import Any
 
 import apsw
 
-from host_facades.engine_knn import open_readonly
+from host_facades.sqlite_read import open_readonly
 from memory_core.errors import IndexBusy
 from memory_core.store.access import index_errors
 

@@ -20,8 +20,8 @@ import apsw
 import numpy as np
 
 from host_facades.engine_indexing import chunk_id
-from host_facades.engine_knn import open_readonly
 from host_facades.sqlite_ext import load_sqlite_vec
+from host_facades.sqlite_read import open_readonly
 from host_facades.vectors import decode_vector, encode_vector
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors

@@ -1,0 +1,160 @@
+"""Golden JSON of one search through every surface, for the example workspace.
+
+CLI ``search --json``, gateway v1 ``memory.search``, gateway v2 (provider runtime) ``memory.search``
+and the MCP ``memory_search`` tool are run for the fixed queries in ``QUERIES`` against
+``examples/workspace`` indexed with ``examples/memory-core.toml``, and their JSON text is compared
+byte for byte with ``tests/golden/<surface>.json``.
+
+Held fixed rather than normalised: the workspace is copied with every file's mtime set to
+``FILE_MTIME_S`` (sources report it as ``sourceMtime`` / ``observedAt``), and the search engine's
+clock (temporal decay's "now") reads ``NOW_S``. Normalised, because they are measurements:
+the MCP tool's ``debug.*Ms`` timings (set to 0). Nothing else is touched.
+
+Regenerate after an intended change of a surface (ranking, key style ...) with
+``MEMORY_CORE_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden_search.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memory_core.cli import main as cli_main
+from memory_core.config import load_config
+from memory_core.gateway import protocol as p
+from memory_core.gateway.client import GatewayClient
+from memory_core.gateway.handlers import MemoryService
+from memory_core.gateway.server import GatewayServer
+from memory_core.mcp_server import _tool_result
+from memory_core.tools import MemoryTools
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE = os.environ.get("MEMORY_CORE_UPDATE_GOLDEN") == "1"
+TOKEN = "golden-token"
+
+FILE_MTIME_S = 1_794_830_400  # 2026-11-12T12:00:00Z, after every dated note in the example
+NOW_S = 1_794_873_600.0  # 2026-11-13T00:00:00Z
+
+QUERIES = (
+    "rocket deploy key",
+    "peanut lunch",
+    "weekly report",
+    "Dana timezone",
+    "zzqx nothing matches",
+)
+
+
+class _FrozenTime:
+    """The ``time`` module with ``time()`` pinned to ``NOW_S`` (every other function is real)."""
+
+    def __getattr__(self, name):
+        import time
+        return getattr(time, name)
+
+    @staticmethod
+    def time() -> float:
+        return NOW_S
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """(config path, workspace copy) of the indexed example; MEMORY_CORE_HOME is private."""
+    base = tmp_path_factory.mktemp("golden")
+    ws = base / "workspace"
+    shutil.copytree(ROOT / "examples" / "workspace", ws)
+    for path in [ws, *ws.rglob("*")]:
+        os.utime(path, (FILE_MTIME_S, FILE_MTIME_S))
+    cfg = base / "memory-core.toml"
+    shutil.copyfile(ROOT / "examples" / "memory-core.toml", cfg)
+    home = base / "state"
+    home.mkdir()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MEMORY_CORE_HOME", str(home))
+    mp.setattr("memory_core.search.engine.time", _FrozenTime())
+    try:
+        assert cli_main(["index", "--config", str(cfg), "--workspace", str(ws)]) == 0
+        yield cfg, ws
+    finally:
+        mp.undo()
+
+
+@pytest.fixture
+def frozen(example, monkeypatch):
+    cfg, ws = example
+    monkeypatch.setenv("MEMORY_CORE_HOME", str(cfg.parent / "state"))
+    monkeypatch.setattr("memory_core.search.engine.time", _FrozenTime())
+    return cfg, ws
+
+
+def _config(cfg: Path, ws: Path):
+    return load_config(cfg, overrides={"workspace": str(ws)})
+
+
+def _check(surface: str, outputs: dict[str, str]) -> None:
+    """Compare (or with MEMORY_CORE_UPDATE_GOLDEN=1 write) ``tests/golden/<surface>.json``."""
+    text = json.dumps(outputs, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+    path = GOLDEN / f"{surface}.json"
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} is missing: run with MEMORY_CORE_UPDATE_GOLDEN=1 to create it"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"{surface} output differs from {path}; if the change is intended, regenerate with "
+        "MEMORY_CORE_UPDATE_GOLDEN=1 and review the diff")
+
+
+def test_cli_search_json_is_golden(frozen, capsys):
+    cfg, ws = frozen
+    outputs = {}
+    for query in QUERIES:
+        capsys.readouterr()
+        code = cli_main(["search", "--config", str(cfg), "--workspace", str(ws), "--json", query])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        outputs[query] = out
+    _check("cli_search", outputs)
+
+
+def _gateway_calls(config, params_list):
+    service = MemoryService(config)
+
+    async def run():
+        async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server, \
+                await GatewayClient.open(server.url, token=TOKEN) as client:
+            return [await client.call("memory.search", params) for params in params_list]
+
+    try:
+        return asyncio.run(run())
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_gateway_memory_search_is_golden(frozen, version):
+    config = _config(*frozen)
+    params = [{"query": q, "agentId": "example", "version": version} for q in QUERIES]
+    payloads = _gateway_calls(config, params)
+    outputs = {q: json.dumps(payload, ensure_ascii=False) for q, payload in zip(QUERIES, payloads)}
+    _check(f"gateway_v{version}_search", outputs)
+
+
+def test_mcp_memory_search_is_golden(frozen):
+    tools = MemoryTools(_config(*frozen))
+    outputs = {}
+    try:
+        for query in QUERIES:
+            details = tools.search({"query": query})
+            for key in [k for k in details.get("debug", {}) if k.endswith("Ms")]:
+                details["debug"][key] = 0  # a measurement, not part of the contract
+            outputs[query] = _tool_result(details).content[0].text
+    finally:
+        tools.close()
+    _check("mcp_search", outputs)

@@ -1,0 +1,78 @@
+"""Worker tasks and a retrieval op that only tests use; never imported by the product.
+
+A test pool registers them with ``WorkerPool(..., task_modules=TASK_MODULES)`` (``InlinePool``
+takes the same argument): every worker imports this module at start, under forkserver and spawn
+alike (the workers' ``sys.path`` is the owner's, which holds the repository root). Imported in
+worker processes, so it imports nothing from ``memory_core``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from benchmarks.worker_tasks import ping  # noqa: F401 - registers "ping" (the pool round trip)
+from host_facades import shared_vectors
+from workers.tasks import OPS, TaskError, WorkerContext, task
+
+TASK_MODULES = ("tests.worker_tasks",)
+
+
+@task("pid")
+def pid(payload: Any, ctx: WorkerContext) -> int:
+    return os.getpid()
+
+
+@task("sleep")
+def sleep(payload: dict, ctx: WorkerContext) -> float:
+    time.sleep(float(payload.get("seconds", 0)))
+    return float(payload.get("seconds", 0))
+
+
+@task("spin")
+def spin(payload: dict, ctx: WorkerContext) -> int:
+    """Pure-Python CPU work (sum of squares below ``n``): a stand-in for chunk preparation cost."""
+    n = int(payload.get("n", 100_000))
+    return sum(i * i for i in range(n))
+
+
+@task("fail")
+def fail(payload: dict, ctx: WorkerContext) -> None:
+    """Raise a :class:`TaskError` of ``payload["type"]``/``["code"]``, or a ValueError without a type."""
+    message = str(payload.get("message", "requested failure"))
+    if payload.get("type"):
+        raise TaskError(str(payload["type"]), str(payload.get("code", "failed")), message)
+    raise ValueError(message)
+
+
+@task("runtime_info")
+def runtime_info(payload: Any, ctx: WorkerContext) -> dict:
+    """What a worker has loaded and how its threads are pinned (checked by the isolation tests)."""
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "modules": sorted(m for m in sys.modules if m.startswith(("memory_core", "workers", "host_facades"))),
+        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
+        "derived_keys": [list(k) for k in ctx.cache.keys()],
+        "shared_vector_builds": shared_vectors.BUILDS,
+        "tasks_run": ctx.tasks_run,
+    }
+    if "faiss" in sys.modules:
+        info["faiss_threads"] = int(sys.modules["faiss"].omp_get_max_threads())
+    return info
+
+
+def _op_hold(conn, op: dict, ctx: WorkerContext, env: dict) -> None:
+    """Inside the retrieve task's read transaction: write the worker's pid to ``op["signal"]``,
+    then wait (bounded by ``op["timeout_s"]``) until the file ``op["release"]`` exists."""
+    tmp = f"{op['signal']}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(tmp, op["signal"])  # atomic: a watcher never sees an empty signal file
+    deadline = time.monotonic() + float(op.get("timeout_s", 10))
+    while not os.path.exists(op["release"]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+OPS["hold"] = _op_hold

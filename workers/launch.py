@@ -1,0 +1,122 @@
+"""Starting a worker process: the ``multiprocess`` context and process classes of the pool.
+
+A worker is started with ``forkserver`` (default) or ``spawn``, never plain ``fork`` (threads and
+faiss may already run in the owner), and does not re-import the owner's ``__main__`` (e.g. the
+``memory-core`` console script, which imports the CLI, the config loader and the writer).
+
+The worker unpickles its process object, so it imports this module too: it must import nothing
+from ``memory_core``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import multiprocess
+from multiprocess import connection, popen_forkserver, popen_spawn_posix, spawn
+from multiprocess.context import ForkServerProcess, SpawnProcess
+
+START_METHODS = ("forkserver", "spawn")
+# What the forkserver imports once, so each worker it forks starts with them loaded.
+FORKSERVER_PRELOAD = ["workers.runtime", "workers.launch", "numpy", "workers.tasks"]
+
+_context_lock = threading.Lock()
+_contexts: dict[str, Any] = {}
+
+
+def get_context(start_method: str) -> Any:
+    """The (shared) ``multiprocess`` context of ``start_method``; ValueError for any other method."""
+    if start_method == "fork":
+        raise ValueError("start_method 'fork' is not allowed (threads and faiss may already run); "
+                         "use 'forkserver' or 'spawn'")
+    if start_method not in START_METHODS:
+        raise ValueError(f"unknown start_method {start_method!r}; use 'forkserver' or 'spawn'")
+    with _context_lock:
+        ctx = _contexts.get(start_method)
+        if ctx is None:
+            ctx = multiprocess.get_context(start_method)
+            if start_method == "forkserver":
+                ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+            _contexts[start_method] = ctx
+        return ctx
+
+
+_prep_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_main() -> Iterator[None]:
+    # multiprocess has no option to leave __main__ out of a child's preparation data: both Popen
+    # classes call spawn.get_preparation_data, so it is wrapped while one of ours launches.
+    with _prep_lock:
+        original = spawn.get_preparation_data
+
+        def prepare(name: str) -> dict:
+            data = original(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        spawn.get_preparation_data = prepare
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = original
+
+
+class _ForkServerPopen(popen_forkserver.Popen):
+    def _launch(self, process_obj: Any) -> None:
+        with _without_main():
+            super()._launch(process_obj)
+
+
+class _SpawnPopen(popen_spawn_posix.Popen):
+    def _launch(self, process_obj: Any) -> None:
+        with _without_main():
+            super()._launch(process_obj)
+
+
+class ForkServerWorkerProcess(ForkServerProcess):
+    """A forkserver process that does not re-import the owner's ``__main__``."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _ForkServerPopen(process_obj)
+
+
+class SpawnWorkerProcess(SpawnProcess):
+    """A spawned process that does not re-import the owner's ``__main__``."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _SpawnPopen(process_obj)
+
+
+def make_process(start_method: str, target: Callable[..., None], args: tuple, name: str) -> Any:
+    """A daemon worker process (not started) running ``target(*args)``."""
+    get_context(start_method)  # validates the method and sets the forkserver's preload list once
+    cls = ForkServerWorkerProcess if start_method == "forkserver" else SpawnWorkerProcess
+    return cls(target=target, args=args, name=name, daemon=True)
+
+
+def start_worker(start_method: str, target: Callable[..., None], *, name: str, channels: int,
+                 args: tuple = ()) -> tuple[Any, Any, list[Any]]:
+    """Start ``target(requests, replies, *args)`` in a new worker process with one request pipe and
+    ``channels`` reply pipes; returns ``(process, request write end, reply read ends)`` (the
+    child's ends are closed here)."""
+    req_r, req_w = connection.Pipe(duplex=False)
+    replies = [connection.Pipe(duplex=False) for _ in range(channels)]
+    proc = make_process(start_method, target, (req_r, [w for _, w in replies], *args), name)
+    try:
+        proc.start()
+    except BaseException:
+        for handle in (req_r, req_w, *(h for pair in replies for h in pair)):
+            handle.close()
+        raise
+    req_r.close()
+    for _, w in replies:
+        w.close()
+    return proc, req_w, [r for r, _ in replies]
