@@ -30,6 +30,7 @@ from memory_core.errors import (
     StateDirNotWritable,
     WorkspaceError,
 )
+from memory_core.progress import Progress
 
 # Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
 COMMAND_MODULES = (
@@ -80,47 +81,14 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
-class ProgressBar:
-    """A plain one-line progress bar on stderr, drawn only when stderr is a terminal."""
-
-    def __init__(self, label: str = "Indexing", stream: Any = None, width: int = 30) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.label, self.width = label, width
-        self._last = 0.0
-        self._drawn = False
-
-    def __call__(self, done: int, total: int, path: str) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
-        self._last = now
-        frac = done / total if total else 1.0
-        filled = int(frac * self.width)
-        name = path if len(path) <= 40 else "..." + path[-37:]
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {name:<40}")
-        self.stream.flush()
-        self._drawn = True
-
-    def finish(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 # ---------------------------------------------------------------------- index / status
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
     core = open_core(args)
     try:
-        bar = ProgressBar("Indexing")
-        try:
-            summary = core.index(force=args.force, progress=bar)
-        finally:
-            bar.finish()
+        with Progress("Indexing", unit="files") as progress:
+            summary = core.index(force=args.force, progress=progress)
     finally:
         core.close()
     if args.json:
