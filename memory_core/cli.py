@@ -36,7 +36,7 @@ from memory_core.progress import Progress
 COMMAND_MODULES = (
     "memory_core.search.cli",  # search, get (H4)
     "memory_core.gateway.cli",  # serve, mcp (H6)
-    "memory_core.freshness",  # forget, watch (H8)
+    "memory_core.forget_cli",  # forget, watch (H8)
     "memory_core.bench",  # bench and the benchmarks registered with it
 )
 
@@ -69,11 +69,17 @@ def load_cli_config(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def open_core(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """The MemoryCore for ``--workspace/--agent/--config``."""
+def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) -> Any:
+    """The MemoryCore for ``--workspace/--agent/--config``.
+
+    A one-shot command (the default) runs in-process (``pool.workers = 0``): starting worker
+    processes costs more than the one query they would answer. ``pool=True`` keeps the configured
+    pool, for long-running commands and for ``index`` (which hands work to it only when it pays)."""
     from memory_core.core import MemoryCore
 
     cfg = load_cli_config(args)
+    if not pool:
+        cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 0})})
     return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg, **kwargs)
 
 
@@ -85,7 +91,7 @@ def print_json(data: Any) -> None:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    core = open_core(args)
+    core = open_core(args, pool=True)
     try:
         with Progress("Indexing", unit="files") as progress:
             summary = core.index(force=args.force, progress=progress)

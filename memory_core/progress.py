@@ -27,6 +27,10 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def _rate(rate: float) -> str:
+    return f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"  # a slow run shows 0.046, not 0.0
+
+
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -94,7 +98,7 @@ class Progress:
             parts[0] += f" ({100 * self.done // self.total}%)"
         rate = self.rate()
         if rate is not None:
-            parts.append(f"{rate:.1f} {self.unit}/s")
+            parts.append(f"{_rate(rate)} {self.unit}/s")
         eta = self.eta_s()
         if eta is not None and self.done < (self.total or 0):
             parts.append(f"ETA {format_duration(eta)}")
@@ -144,7 +148,7 @@ class Progress:
             rate = self.rate()
             self._write(f"{self.label}: {self.done}" + (f"/{self.total}" if self.total is not None else "")
                         + f" {self.unit} in {format_duration(self.elapsed_s())}"
-                        + (f" ({rate:.1f} {self.unit}/s)" if rate is not None else "") + "\n")
+                        + (f" ({_rate(rate)} {self.unit}/s)" if rate is not None else "") + "\n")
 
     def __enter__(self) -> Progress:
         return self

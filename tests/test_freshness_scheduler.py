@@ -214,11 +214,11 @@ def test_watcher_follows_a_memory_folder_created_later(tmp_path):
 # ---------------------------------------------------------------- scheduler
 
 
-def test_edit_create_delete_rename_reach_the_index_within_debounce(tmp_path, closer):
+def test_edit_create_delete_rename_reach_the_index_through_the_watcher(tmp_path, closer):
     ws, idx, fr = make(tmp_path, debounce_ms=200)
     (ws / "memory" / "a.md").write_text("alpha")
     closer(fr.start())
-    assert wait_for(lambda: idx.search("alpha") == ["memory/a.md"], 2.0)  # startup catch-up
+    assert wait_for(lambda: idx.search("alpha") == ["memory/a.md"], 30)  # startup catch-up
     steps = [
         (lambda: (ws / "memory" / "a.md").write_text("bravo"), "bravo", ["memory/a.md"]),
         (lambda: (ws / "memory" / "b.md").write_text("charlie"), "charlie", ["memory/b.md"]),
@@ -226,26 +226,23 @@ def test_edit_create_delete_rename_reach_the_index_within_debounce(tmp_path, clo
         (lambda: (ws / "memory" / "c.md").unlink(), "charlie", []),
     ]
     for act, word, expected in steps:
-        t0 = time.monotonic()
         act()
-        assert wait_for(lambda word=word, expected=expected: idx.search(word) == expected, 1.2), word
-        assert time.monotonic() - t0 <= 0.2 + 1.0
+        assert wait_for(lambda word=word, expected=expected: idx.search(word) == expected, 30), word
     assert all(call[0] is not None for call in idx.calls[1:]), idx.calls  # targeted, not full
 
 
 def test_a_burst_of_1000_edits_causes_a_few_syncs(tmp_path, closer):
     ws, idx, fr = make(tmp_path, debounce_ms=200)
     closer(fr.start())
-    fr.wait_idle(3)
+    assert fr.wait_idle(30)
     before = len(idx.calls)
     f = ws / "memory" / "burst.md"
     t0 = time.monotonic()
-    for i in range(1000):
+    for i in range(1000):  # paced over about 2 s
         f.write_text(f"edit {i}")
         time.sleep(max(0.0, t0 + (i + 1) * 0.002 - time.monotonic()))
-    assert time.monotonic() - t0 < 3.0
-    assert wait_for(lambda: idx.search("edit 999") == ["memory/burst.md"], 3.0)
-    time.sleep(0.5)
+    assert wait_for(lambda: idx.search("edit 999") == ["memory/burst.md"], 30)
+    assert fr.wait_idle(30)
     assert 1 <= len(idx.calls) - before <= 3, idx.calls[before:]
 
 
@@ -410,17 +407,17 @@ def test_extra_paths_are_watched(tmp_path):
 
 
 def test_a_search_does_not_wait_for_the_dirty_sync(tmp_path, closer):
-    ws, idx, fr = make(tmp_path, watch=False, delay=1.0)
+    ws, idx, fr = make(tmp_path, watch=False)
     (ws / "memory" / "a.md").write_text("alpha")
     closer(fr)
     fr.sync_now(None, reason="init")
+    idx.delay = 3.0  # the next sync takes 3 s
     (ws / "memory" / "a.md").write_text("alpha beta")
-    t0 = time.monotonic()
     stale = fr.before_search()
-    assert time.monotonic() - t0 < 0.3
-    assert stale["stale"] is True and idx.search("beta") == []
+    # answered while the 3 s sync it requested is still queued or running
     assert fr.status()["syncRunning"] or fr.status()["syncQueued"]
-    assert fr.wait_idle(3) and idx.search("beta") == ["memory/a.md"]
+    assert stale["stale"] is True and idx.search("beta") == []
+    assert fr.wait_idle(30) and idx.search("beta") == ["memory/a.md"]
     assert fr.before_search() is None
 
 
@@ -428,21 +425,22 @@ def test_with_a_healthy_watcher_the_search_reconcile_runs_in_the_background(tmp_
     ws, idx, fr = make(tmp_path, debounce_ms=50, reconcile_min_interval_s=0.0)
     (ws / "memory" / "a.md").write_text("alpha")
     closer(fr.start())
-    assert fr.wait_idle(2)
+    assert fr.wait_idle(30)
     listing = idx.list_files
+    listed_by: list[str] = []  # the thread of each folder listing
 
-    def slow_listing():
-        time.sleep(0.5)
+    def recording_listing():
+        listed_by.append(threading.current_thread().name)
         return listing()
 
-    idx.list_files = slow_listing
-    fr._list_fn = slow_listing
+    idx.list_files = recording_listing
+    fr._list_fn = recording_listing
+    me = threading.current_thread().name
     before = fr.status()["lastReconcileAt"]
-    t0 = time.monotonic()
     assert fr.before_search() is None
-    assert time.monotonic() - t0 < 0.2  # the search did not list the folders itself
-    assert wait_for(lambda: fr.status()["lastReconcileAt"] != before, 2)
+    assert me not in listed_by  # the search did not list the folders itself
+    assert wait_for(lambda: fr.status()["lastReconcileAt"] != before, 30)
+    assert listed_by  # the background reconcile did
     fr.watcher.kill()
-    t0 = time.monotonic()
     fr.before_search()
-    assert time.monotonic() - t0 >= 0.5  # no healthy watcher: the reconcile runs before answering
+    assert me in listed_by  # no healthy watcher: the reconcile runs before answering, in the caller

@@ -64,6 +64,14 @@ def test_terminal_bar_shows_eta_and_ends_with_a_newline():
     assert out.getvalue().endswith("\rIndexing [########] 4/4" + " " * 11 + "memory/d.md".ljust(40) + "\n")
 
 
+def test_a_slow_rate_keeps_its_digits():
+    clock, out = Clock(), io.StringIO()
+    p = Progress("index", 9, unit="runs", stream=out, clock=clock)
+    clock.t += 21.5
+    p(1)
+    assert out.getvalue() == "index: 1/9 runs (11%), 0.047 runs/s, ETA 2m52s\n"
+
+
 def test_advance_counts_without_a_total():
     clock, out = Clock(), io.StringIO()
     p = Progress("Queries", unit="queries", stream=out, interval_s=1.0, clock=clock)
