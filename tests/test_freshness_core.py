@@ -147,8 +147,8 @@ def test_60_appended_messages_trigger_a_session_sync_and_10_do_not(served):
         for i in range(60):
             fh.write(_msg("user", f"more about penguins {i}"))
             fh.flush()
-    assert wait_for(lambda: s.engine.search("penguins", min_score=0.0) != [], 2.0)
-    assert s.fresh.wait_idle(2) and s.fresh.sync_count == n0 + 1
+    assert wait_for(lambda: s.engine.search("penguins", min_score=0.0) != [], 30)
+    assert s.fresh.wait_idle(30) and s.fresh.sync_count == n0 + 1
     assert s.fresh.sync_log[-1]["full"] is False and s.fresh.sync_log[-1]["paths"] == 1
 
 
@@ -164,7 +164,7 @@ def test_a_killed_watcher_is_detected_at_the_next_search(served):
     assert stale == {"stale": True, "warning": "Memory index is dirty. Search results may be incomplete.",
                      "action": "Run: memory-core index --agent main"}
     assert s.fresh.status()["watcher"]["state"] == "running"
-    assert s.fresh.wait_idle(3)
+    assert s.fresh.wait_idle(30)
     assert s.search("Thursday") == (["memory/notes.md"], None)
 
 
@@ -184,7 +184,7 @@ def test_a_forgotten_session_never_comes_back_after_three_syncs(served):
         for i in range(60):
             fh.write(_msg("user", f"zanzibar again {i}"))
     s.fresh.sync_now(None, reason="manual", force=True)           # and a forced rebuild
-    assert s.fresh.wait_idle(3)
+    assert s.fresh.wait_idle(30)
     assert s.paths("zanzibar") == ["sessions/other.jsonl"]
     assert s.search("zanzibar")[1] is None
 
@@ -213,7 +213,7 @@ def test_status_shows_dirty_pending_paths_and_the_watcher(served):
     s = served(debounce_ms=60_000)
     s.start()
     (s.ws / "memory" / "pending.md").write_text("not yet indexed\n")
-    assert wait_for(lambda: s.core.status()["dirty"], 2)
+    assert wait_for(lambda: s.core.status()["dirty"], 30)
     st = s.core.status()["freshness"]
     assert st["pendingPaths"] == ["memory/pending.md"]
     assert st["watcher"]["state"] == "running" and st["watcher"]["roots"] == [str(s.ws), str(s.ws / "memory")]
