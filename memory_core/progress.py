@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 TTY_REDRAW_S = 0.1  # a bar redraws at most this often
-LINE_INTERVAL_S = 5.0  # without a terminal: one line this often
+LINE_INTERVAL_S = 3.0  # without a terminal: one line this often
 
 
 def format_duration(seconds: float) -> str:

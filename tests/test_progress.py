@@ -22,7 +22,7 @@ class Clock:
 def test_without_a_terminal_one_line_per_interval_with_rate_and_eta():
     clock, out = Clock(), io.StringIO()
     p = Progress("Indexing", 3000, unit="files", stream=out, clock=clock)  # StringIO is no terminal
-    for done in range(1, 101):  # 100 files/s for 1 s: under the 5 s interval, nothing yet
+    for done in range(1, 101):  # 100 files/s for 1 s: under the 3 s interval, nothing yet
         clock.t += 0.01
         p(done, 3000, f"memory/{done}.md")
     assert out.getvalue() == ""
