@@ -53,8 +53,8 @@ def test_gateway_results_time_real_searches(tmp_path):
     assert r.returncode == 0, r.stderr
     g = json.loads(out.read_text())
     assert g["chunks"] > 0 and g["concurrent"]["searches"] > 0
-    for key in ("in_process", "gateway_v1", "gateway_v2", "round_trip"):
-        assert g[key]["n"] == 20 and g[key]["p50_ms"] > 0, (key, g[key])
+    for key in ("inProcess", "gatewayV1", "gatewayV2", "roundTrip"):
+        assert g[key]["n"] == 20 and g[key]["p50Ms"] > 0, (key, g[key])
 
 
 def test_cli_bench_times_successful_runs_only():
@@ -73,8 +73,8 @@ def test_cli_bench_reports_medians_against_python_startup(tmp_path):
     r, _ = bench("cli", "-", tmp_path)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    base = out["python -c pass"]["median_s"]
+    base = out["python -c pass"]["medianS"]
     for row in ("help", "search"):
-        assert out[row]["runs"] == 2 and out[row]["ratio_to_baseline"] == round(out[row]["median_s"] / base, 2)
-        assert out["targets"][row]["ok"] == (out[row]["median_s"] < out["targets"][row]["target_s"])
+        assert out[row]["runs"] == 2 and out[row]["ratioToBaseline"] == round(out[row]["medianS"] / base, 2)
+        assert out["targets"][row]["ok"] == (out[row]["medianS"] < out["targets"][row]["targetS"])
     assert "target help < 0.3 s" in r.stderr  # the table goes to stderr with --json -

@@ -65,7 +65,7 @@ def test_help_imports_no_engine_dependency(args, tmp_path):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="walks /proc for child processes")
-def test_one_shot_search_and_get_start_no_worker_process(tmp_path):
+def test_one_shot_commands_start_no_worker_process(tmp_path):
     home = tmp_path / "home"
     example = ["--workspace", str(EXAMPLES / "workspace"), "--config", str(EXAMPLES / "memory-core.toml")]
     report, _ = probe(["index", *example], home)
@@ -73,9 +73,10 @@ def test_one_shot_search_and_get_start_no_worker_process(tmp_path):
     report, out = probe(["search", "who owns billing", *example], home)
     assert report["rc"] == 0 and "memory/" in out
     assert report["descendants"] == []
-    report, out = probe(["get", "MEMORY.md", *example], home)
-    assert report["rc"] == 0 and out.strip()
-    assert report["descendants"] == []
+    for command in (["get", "MEMORY.md"], ["status"], ["files"]):
+        report, out = probe([*command, *example], home)
+        assert report["rc"] == 0 and out.strip(), command
+        assert report["descendants"] == [], command
 
 
 def test_one_shot_commands_run_in_process_and_long_running_ones_keep_the_pool(tmp_path):
