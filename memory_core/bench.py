@@ -1,7 +1,8 @@
 """``memory-core bench NAME``: a registry of benchmarks living in the ``benchmarks/`` folder.
 
 Each benchmark module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and its docstring's
-first line is the help text. ``BENCHMARKS`` maps names to modules; a module that is not present
+first line is the help text (read from the source: a module is imported only when its benchmark
+runs or shows its help). ``BENCHMARKS`` maps names to modules; a module that is not present
 (yet) adds nothing. ``benchmarks`` ships with the distribution; in a source checkout that is not
 installed, the checkout next to this package (or the current directory) is put on ``sys.path``.
 """
