@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from memory_core.errors import ConfigError
+from memory_core.validation import DEFAULT_MAX_QUERY_CHARS, DEFAULT_MAX_QUERY_TERMS
 
 DEFAULT_STATE_DIR = "~/.memory-core"
 DEFAULT_GATEWAY_PORT = 18789
@@ -220,6 +221,9 @@ class Hybrid(_Model):
 class Query(_Model):
     max_results: int = Field(6, ge=1)
     min_score: float = 0.35
+    # the query budget, checked on every surface before any work (memory_core.validation)
+    max_chars: int = Field(DEFAULT_MAX_QUERY_CHARS, ge=1)
+    max_terms: int = Field(DEFAULT_MAX_QUERY_TERMS, ge=1)
     hybrid: Hybrid = Field(default_factory=Hybrid)
 
     @field_validator("min_score")
@@ -262,12 +266,52 @@ class Pool(_Model):
         return (os.cpu_count() or 1) if self.workers is None else self.workers
 
 
+_BYTE_UNITS = {"b": 1, "kb": 1024, "k": 1024, "mb": 1024**2, "m": 1024**2, "gb": 1024**3, "g": 1024**3,
+               "tb": 1024**4, "t": 1024**4}
+
+
+def parse_byte_size(value: int | str) -> int:
+    """Upstream ``parseNonNegativeByteSize``: an integer, or a number with a binary unit (512kb, 2mb)."""
+    if isinstance(value, int):
+        return value
+    import re
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-z]+)?", value.strip().lower())
+    if not m or (m.group(2) or "b") not in _BYTE_UNITS:
+        raise ValueError("must be a byte size like 512kb, 10mb, 1gb or 500")
+    return math.floor(float(m.group(1)) * _BYTE_UNITS[m.group(2) or "b"] + 0.5)  # JS Math.round
+
+
+class MemoryFlush(_Model):
+    """``agents.defaults.compaction.memoryFlush``: the pre-compaction flush turn (flush_plan.py)."""
+
+    enabled: bool = True
+    soft_threshold_tokens: int | None = Field(None, ge=0)
+    force_flush_transcript_bytes: int | str | None = None
+    model: str | None = None
+
+    @field_validator("force_flush_transcript_bytes", mode="after")
+    @classmethod
+    def _byte_size(cls, v: int | str | None) -> int | None:
+        if v is None:
+            return None
+        if isinstance(v, int) and v < 0:
+            raise ValueError("must be >= 0")
+        return parse_byte_size(v)
+
+
+class Compaction(_Model):
+    memory_flush: MemoryFlush = Field(default_factory=MemoryFlush)
+
+
 class Gateway(_Model):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_GATEWAY_PORT, ge=0, le=65535)
     token: str | None = Field(None, repr=False)
     password: str | None = Field(None, repr=False)
     auth: Literal["token", "password", "none"] = "token"
+    max_connections: int = Field(256, ge=1)  # more are closed at once with 1013 (try again later)
+    idle_timeout_seconds: float = Field(600.0, gt=0)  # an authenticated connection with no request
 
 
 def _default_state_dir() -> str:
@@ -299,6 +343,11 @@ class MemoryCoreConfig(_Model):
     query_input_type: str | None = None
     document_input_type: str | None = None
     remember_across_conversations: bool | None = None
+    # upstream ``memory.citations``: whether memory_search appends "Source: path#L.." (tools.citations.ts)
+    citations: Literal["auto", "on", "off"] = "auto"
+    # upstream ``agents.defaults.userTimezone`` (IANA name; None = the host's zone): the flush plan's day
+    user_timezone: str | None = None
+    compaction: Compaction = Field(default_factory=Compaction)
     chunking: Chunking = Field(default_factory=Chunking)
     sync: Sync = Field(default_factory=Sync)
     query: Query = Field(default_factory=Query)
@@ -312,11 +361,26 @@ class MemoryCoreConfig(_Model):
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
     # settings that were accepted but have no effect, said once by the CLI (``warning: ...``)
     _notices: list[str] = PrivateAttr(default_factory=list)
+    # warnings about the config file itself (a secret others can read); every agent's view keeps them
+    _file_notices: list[str] = PrivateAttr(default_factory=list)
 
     @field_validator("state_dir", "workspace", "sessions_dir", mode="after")
     @classmethod
     def _expand_user(cls, v: str | None) -> str | None:
         return os.path.expanduser(v) if v else v
+
+    @field_validator("user_timezone", mode="after")
+    @classmethod
+    def _known_zone(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(v.strip())
+        except (ValueError, KeyError, OSError):
+            raise ValueError("is not a known time zone; use an IANA name such as Europe/Berlin or UTC") from None
+        return v.strip()
 
     @field_validator("provider", "fallback", mode="after")
     @classmethod
@@ -379,8 +443,9 @@ class MemoryCoreConfig(_Model):
 
     @property
     def notices(self) -> list[str]:
-        """Settings that were accepted but have no effect (e.g. "sessions" without the flag)."""
-        return list(self._notices)
+        """Settings that were accepted but have no effect (e.g. "sessions" without the flag), and
+        warnings about the config file (a secret in a file other users can read)."""
+        return list(self._notices) + list(self._file_notices)
 
     @property
     def vectors_enabled(self) -> bool:
@@ -437,7 +502,9 @@ class MemoryCoreConfig(_Model):
         origins = dict(self._origins)
         for p in _leaf_paths(override):
             origins[p] = f"agents.{agent_id} in " + self._origins.get(f"agents.{agent_id}", "the config")
-        return _validate(merged, origins, prefix_note=f"agent {agent_id!r}")
+        cfg = _validate(merged, origins, prefix_note=f"agent {agent_id!r}")
+        cfg._file_notices = list(self._file_notices)
+        return cfg
 
 
 # --------------------------------------------------------------------------- loading
@@ -516,9 +583,17 @@ def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
         defaults = agents.get("defaults") or {}
         if isinstance(defaults.get("memorySearch"), Mapping):
             base = _deep_merge(base, defaults["memorySearch"])
+        if "userTimezone" in defaults:  # the agent settings the flush plan reads
+            base["userTimezone"] = defaults["userTimezone"]
+        flush = (defaults.get("compaction") or {}).get("memoryFlush")
+        if isinstance(flush, Mapping):  # the flush keys memory-core reads (upstream has more compaction keys)
+            known = {f.alias or n for n, f in MemoryFlush.model_fields.items()}
+            base["compaction"] = {"memoryFlush": {k: v for k, v in flush.items() if k in known}}
         for entry in agents.get("list") or []:
             if isinstance(entry, Mapping) and entry.get("id") and isinstance(entry.get("memorySearch"), Mapping):
                 overrides[str(entry["id"])] = dict(entry["memorySearch"])
+    if isinstance(mem, Mapping) and "citations" in mem:  # upstream memory.citations, in either shape
+        base["citations"] = mem["citations"]
     if overrides:
         base["agents"] = _deep_merge(base.get("agents") or {}, overrides)
     return base
@@ -735,8 +810,10 @@ def load_config(
         path = env["MEMORY_CORE_CONFIG"]
     data: dict[str, Any] = {}
     origins: dict[str, str] = {}
+    notices: list[str] = []
     if path is not None:
         doc = _normalise_keys(_unwrap_upstream(_normalise_keys(_read_file(str(path)))))
+        notices.extend(_exposed_secrets(Path(path).expanduser(), doc))
         data = _deep_merge(data, doc)
         where = f"config file {Path(path).expanduser()}"
         origins.update({p: where for p in _leaf_paths(doc)})
@@ -756,7 +833,24 @@ def load_config(
         cfg.for_agent(aid)  # validate every agent's merged settings now, not at first use
     if cfg.agent_id in cfg.agents:
         cfg = cfg.for_agent(cfg.agent_id)
+    cfg._file_notices = notices
     return cfg
+
+
+_SECRET_KEYS = {"token", "password", "apiKey"}
+
+
+def _exposed_secrets(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    """A notice when the config file holds a secret and other users may read it (group/other bits)."""
+    keys = [p for p in _leaf_paths(doc) if p.rsplit(".", 1)[-1] in _SECRET_KEYS]
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return []
+    if not keys or not mode & 0o044:
+        return []
+    return [f"config file {path} holds {', '.join(keys)} and other users can read it (mode {mode:04o}); "
+            f"run `chmod 600 {path}`"]
 
 
 # --------------------------------------------------------------------------- index identity

@@ -40,9 +40,11 @@ from memory_core.errors import (
     Forbidden,
     InvalidRequest,
     MemoryCoreError,
+    MemoryManagerReloading,
     ProviderUnavailable,
 )
 from memory_core.host.enforcement import race_with_signal
+from memory_core.provider.lifecycle import RELOADING, ReloadFence
 from memory_core.provider.types import (
     AutomaticRecall,
     ConversationRecallContext,
@@ -65,6 +67,7 @@ from memory_core.provider.types import (
     SessionAuthority,
 )
 from memory_core.store.reader import CachedReader
+from memory_core.validation import MAX_SAFE_INTEGER, check_query
 
 log = logging.getLogger("memory_core.provider")
 
@@ -72,12 +75,8 @@ PROVIDER_ID = "memory-core"
 CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagination=True,
                                           candidates=("trigger", "project"), project_filter=True)
 DISABLED = "Memory is disabled for this agent."
-# Agent tools a host may allow for deep recall (served by `memory-core mcp`).
+# Agent tools a host may allow for deep recall (memory_core.capability registers them).
 RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
-# providerRuntime needs a host newer than the released 2026.9.6 gateway (which only knows the
-# legacy runtime): hosts older than this ignore it (checklist 32).
-MIN_HOST_VERSION = "2026.10.0"
-PLUGIN_MANIFEST = {"id": "memory-core", "kind": "memory", "providerRuntime": True, "minHostVersion": MIN_HOST_VERSION}
 MAX_PROVIDER_RESULTS = 50
 RESULT_WINDOW = 200          # at most this many hits are ranked once per search and paged with cursors
 WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
@@ -331,6 +330,8 @@ class MemoryCoreProviderRuntime:
         from memory_core.generations import CursorPins, GenerationLeases
 
         self.pins = CursorPins(GenerationLeases(), ttl_s=float(config.pool.cursor_ttl_s), clock=clock)
+        self.fence = ReloadFence(lambda: {a: str(c.config.provider) for a, c in list(self._cores.items())},
+                                 self.close_agent)
 
     # --- agents ---------------------------------------------------------------------------
 
@@ -352,8 +353,11 @@ class MemoryCoreProviderRuntime:
 
     def _core_locked(self, agent_id: str) -> Any:
         core = self._cores.get(agent_id)
-        if core is None:
+        if core is not None:
+            self.fence.check(str(core.config.provider))
+        else:
             cfg = self.agent_config(agent_id)
+            self.fence.check(str(getattr(cfg, "provider", "none")))
             if self._core_factory is not None:
                 core = self._core_factory(cfg, agent_id)
             else:
@@ -402,12 +406,36 @@ class MemoryCoreProviderRuntime:
         params.context.assert_current()
         try:
             self.core(params.agent_id)
+        except MemoryManagerReloading:
+            return MemoryProviderOpenResult(provider=None, error=RELOADING)
         except MemoryCoreError as exc:
             log.warning("memory-core: cannot open agent %s: %s", params.agent_id, exc)
             return MemoryProviderOpenResult(provider=None, error="memory-core cannot open this agent's workspace; "
                                                                  "check the memory-core configuration and log")
         return MemoryProviderOpenResult(provider=MemoryCoreProvider(self, params.agent_id, params.context,
                                                                     params.purpose))
+
+    # --- lifecycle hooks shared with the legacy runtime (provider-runtime.md §1.1) ------------
+
+    def prepare_reload(self, retire_runtime: bool = False, retiring_embedding_providers: Any = ()) -> Any:
+        """``prepareReload``: fence engines a reload retires; ``await .drain()`` closes them, ``.resume()``."""
+        return self.fence.prepare(retire_runtime, retiring_embedding_providers)
+
+    def close_agent(self, agent_id: str) -> None:
+        """``closeMemorySearchManager``: close one agent's engine, core and reader (reopened on next use)."""
+        with self._lock:
+            reader = self._readers.pop(agent_id, None)
+            engine = self._engines.pop(agent_id, None)
+            core = self._cores.pop(agent_id, None)
+        for item in (reader, engine, core):
+            if item is not None:
+                item.close()
+
+    async def close_memory_search_manager(self, *, cfg: Any = None, agent_id: str) -> None:
+        await asyncio.to_thread(self.close_agent, agent_id)
+
+    async def close_all_memory_search_managers(self) -> None:
+        await asyncio.to_thread(self.close_all)
 
     def close_all(self) -> None:
         """``closeAllMemorySearchManagers``: close every engine and core (host shutdown only)."""
@@ -510,6 +538,7 @@ class MemoryCoreProvider:
         if not query:
             return MemorySearchPage(hits=[], coverage="complete")
         cfg = self._cfg
+        check_query(cfg, query)  # the query budget, before any embedding or store work
         max_results = _clamp_results(req.max_results, int(cfg.query.max_results))
         min_score = float(req.min_score) if req.min_score is not None else float(cfg.query.min_score)
         if not math.isfinite(min_score):
@@ -600,10 +629,11 @@ class MemoryCoreProvider:
     async def get(self, request: MemoryGetRequest | dict[str, Any]) -> MemoryGetOk | MemoryGetNotFound:
         req = request if isinstance(request, MemoryGetRequest) else MemoryGetRequest.model_validate(request)
         self._assert_read_allowed()
-        if req.from_ is not None and req.from_ < 1:
-            raise InvalidRequest("from must be a positive integer")
-        if req.lines is not None and req.lines < 1:
-            raise InvalidRequest("lines must be a positive integer")
+        for name, value in (("from", req.from_), ("lines", req.lines)):
+            if value is not None and value < 1:
+                raise InvalidRequest(f"{name} must be a positive integer")
+            if value is not None and value > MAX_SAFE_INTEGER:
+                raise InvalidRequest(f"{name} must be a positive integer no larger than {MAX_SAFE_INTEGER}")
         ref = req.reference
         if ref.provider_id != PROVIDER_ID or not _CHUNK_ID.match(ref.id):
             return MemoryGetNotFound()
