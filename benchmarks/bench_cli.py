@@ -61,7 +61,7 @@ def summary(times: list[float], baseline: float | None = None) -> dict[str, Any]
     row: dict[str, Any] = {"median_s": round(statistics.median(times), 4), "min_s": round(min(times), 4),
                            "max_s": round(max(times), 4), "runs": len(times)}
     if baseline:
-        row["ratio_to_baseline"] = round(row["median_s"] / baseline, 2)
+        row["ratio_to_baseline"] = round(row["median_s"] / round(baseline, 4), 2)  # of the figures shown
     return row
 
 
