@@ -31,12 +31,13 @@ from memory_core.errors import (
     WorkspaceError,
 )
 from memory_core.output import escape_control
+from memory_core.progress import Progress
 
 # Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
 COMMAND_MODULES = (
     "memory_core.search.cli",  # search, get (H4)
     "memory_core.gateway.cli",  # serve, mcp (H6)
-    "memory_core.freshness",  # forget, watch (H8)
+    "memory_core.forget_cli",  # forget, watch (H8)
     "memory_core.bench",  # bench and the benchmarks registered with it
     "memory_core.files_cli",  # files
     "memory_core.manifest",  # plugin manifest
@@ -71,11 +72,17 @@ def load_cli_config(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def open_core(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """The MemoryCore for ``--workspace/--agent/--config``."""
+def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) -> Any:
+    """The MemoryCore for ``--workspace/--agent/--config``.
+
+    A one-shot command (the default) runs in-process (``pool.workers = 0``): starting worker
+    processes costs more than the one query they would answer. ``pool=True`` keeps the configured
+    pool, for long-running commands and for ``index`` (which hands work to it only when it pays)."""
     from memory_core.core import MemoryCore
 
     cfg = load_cli_config(args)
+    if not pool:
+        cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 0})})
     return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg, **kwargs)
 
 
@@ -86,47 +93,14 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(camel_keys(data), indent=2, sort_keys=True, default=str) + "\n")
 
 
-class ProgressBar:
-    """A plain one-line progress bar on stderr, drawn only when stderr is a terminal."""
-
-    def __init__(self, label: str = "Indexing", stream: Any = None, width: int = 30) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.label, self.width = label, width
-        self._last = 0.0
-        self._drawn = False
-
-    def __call__(self, done: int, total: int, path: str) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
-        self._last = now
-        frac = done / total if total else 1.0
-        filled = int(frac * self.width)
-        name = path if len(path) <= 40 else "..." + path[-37:]
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {name:<40}")
-        self.stream.flush()
-        self._drawn = True
-
-    def finish(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 # ---------------------------------------------------------------------- index / status
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    core = open_core(args)
+    core = open_core(args, pool=True)
     try:
-        bar = ProgressBar("Indexing")
-        try:
-            summary = core.index(force=args.force, progress=bar)
-        finally:
-            bar.finish()
+        with Progress("Indexing", unit="files") as progress:
+            summary = core.index(force=args.force, progress=progress)
     finally:
         core.close()
     if args.json:

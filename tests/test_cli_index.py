@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cli import ProgressBar, build_parser, main
+from memory_core.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -76,21 +75,6 @@ def test_force_rebuild_reports_full(tmp_path, example_ws):
     r = run(["index", "--workspace", str(example_ws), "--force"], home)
     assert r.returncode == 0, r.stderr
     assert "full rebuild" in r.stdout and "files 17, chunks 37" in r.stdout
-
-
-def test_progress_bar_draws_only_on_a_tty():
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    tty, pipe = Tty(), io.StringIO()
-    for stream in (tty, pipe):
-        bar = ProgressBar("Indexing", stream=stream, width=10)
-        bar(1, 2, "memory/a.md")
-        bar(2, 2, "memory/b.md")
-        bar.finish()
-    assert pipe.getvalue() == ""
-    assert tty.getvalue().endswith("\rIndexing [##########] 2/2 memory/b.md" + " " * 29 + "\n")
 
 
 def test_parser_registers_only_working_commands(capsys):

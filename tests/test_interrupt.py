@@ -106,8 +106,14 @@ def test_ctrl_c_during_index_ends_cleanly_and_records_the_interrupt(tmp_path):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(" ".join(rng.choice(WORDS) for _ in range(2000)) + "\n", encoding="utf-8")
 
-    # a terminal's Ctrl-C: SIGINT to the whole foreground process group (owner, forkserver, workers)
-    proc = subprocess.Popen([sys.executable, "-m", "memory_core", "index", "--force", "--workspace", str(ws)],
+    # a terminal's Ctrl-C: SIGINT to the whole foreground process group (owner, forkserver, workers);
+    # the indexing pool is used whatever the file count (a cold one waits for far more files).
+    # SIGINT handled as in a terminal even when the test itself runs as a background job (a shell
+    # without job control starts those with SIGINT ignored, and children inherit that)
+    forced_pool = ("import signal, sys, workers.shared as s; "
+                   "signal.signal(signal.SIGINT, signal.default_int_handler); s.COLD_POOL_MIN_ENTRIES = 0; "
+                   "from memory_core.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", forced_pool, "index", "--force", "--workspace", str(ws)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
                             start_new_session=True)
     try:

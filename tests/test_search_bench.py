@@ -74,7 +74,10 @@ def test_throughput_bench_runs_end_to_end_on_a_small_database(tmp_path):
         q = out[kind]["qps"]
         assert q["pool_1"] > 0 and q["pool_2"] > 0 and q["independent_1"] > 0 and q["independent_2"] > 0
         cpu = out[kind]["cpu_us_per_query"]["pool_2"]
-        assert cpu["owner"] > 0 and cpu["workers"] > 0
+        assert cpu["owner"] >= 0 and cpu["workers"] >= 0
+    # CPU time comes in clock ticks: one short round on a starved machine may see none, three not
+    for side in ("owner", "workers"):
+        assert sum(out[k]["cpu_us_per_query"]["pool_2"][side] for k in ("keyword", "vector", "hybrid")) > 0, side
     share = out["targets"]["pool_scaling_share_of_machine_ceiling"]
     assert all(share[k] > 0 for k in ("keyword", "vector", "hybrid")), share
     table = bt.format_table(out)
