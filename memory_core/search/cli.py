@@ -74,6 +74,27 @@ def format_hits(hits: list[Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+# each hit's score, stage by stage: keyword order (BM25 rank, boosted score, the fused text half),
+# vector (rank, cosine), fusion (content score), decay and multipliers, final score, MMR move
+EXPLAIN_COLUMNS = (("kw#", 3), ("bm25", 5), ("boost", 5), ("text½", 5), ("vec#", 4), ("vec", 5),
+                   ("fused", 5), ("decay", 5), ("mult", 4), ("score", 5), ("mmr", 7))
+
+
+def _num(value: Any, fmt: str = ".3f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def explain_cells(r: dict[str, Any]) -> list[str]:
+    """The :data:`EXPLAIN_COLUMNS` cells of one ranked candidate's score parts."""
+    st = r.get("stages") or {}
+    kw, vec, mmr = st.get("keyword", {}), st.get("vector", {}), st.get("mmr", {})
+    moved = f"{mmr.get('before', 0)}->{mmr.get('after', 0)}" if mmr.get("before") else "-"
+    cells = [_num(kw.get("order"), "d"), _num(r["text_score"]), _num(r["ranking_score"]), _num(kw.get("half")),
+             _num(r.get("vector_rank"), "d"), _num(r["vector_score"]), _num(r["content_score"]), _num(r["decay"]),
+             _num(r["importance_mult"] * r["project_mult"], ".2f"), _num(r["score"]), moved]
+    return [f"{c:>{w}}" for c, (_, w) in zip(cells, EXPLAIN_COLUMNS)]
+
+
 def _format_explain(data: dict[str, Any]) -> str:
     lines = [f"mode: {data['mode']}  revision: {data.get('revision')}"]
     plan = data.get("fts_plan") or {}
@@ -89,13 +110,10 @@ def _format_explain(data: dict[str, Any]) -> str:
                      + (f" errors={fts['errors']}" if fts.get("errors") else ""))
     cands = data.get("candidates", {})
     lines.append(f"candidates: keyword {len(cands.get('keyword', []))}, vector {len(cands.get('vector', []))}")
-    lines.append("score parts (ranked order):")
-    lines.append("  score  rank   content vec    text   kwrank path  exact decay imp  proj  citation")
+    lines.append(f"score parts (ranked order; fusion {(data.get('params') or {}).get('fusion', '-')}):")
+    lines.append("  " + "  ".join(f"{h:>{w}}" for h, w in EXPLAIN_COLUMNS) + "  citation")
     for r in data.get("ranked", [])[:40]:
-        lines.append(
-            f"  {r['score']:.3f}  {r['rank_score']:.3f}  {r['content_score']:.3f}  {r['vector_score']:.3f}  "
-            f"{r['text_score']:.3f}  {r['ranking_score']:.3f}  {r['path_score']:.3f}  {r['exact']}     "
-            f"{r['decay']:.3f} {r['importance_mult']:.2f}  {r['project_mult']:.2f}  {r['citation']}")
+        lines.append("  " + "  ".join(explain_cells(r)) + f"  {r['citation']}")
     timings = data.get("timings_ms") or {}
     if timings:
         lines.append("timings ms: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
