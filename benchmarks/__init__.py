@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,3 +42,29 @@ def emit(args: argparse.Namespace, results: Any, table: Callable[[], str] | None
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")
         print(f"results written to {path}")
+
+
+class Progress:
+    """Periodic progress lines for a long step: ``label: done/total (rate/s)`` at most every
+    ``every`` seconds, and a last line with the total time."""
+
+    def __init__(self, label: str, total: int, log: Callable[[str], None], *, every: float = 5.0,
+                 unit: str = "texts", clock: Callable[[], float] = time.monotonic) -> None:
+        self.label, self.total, self.log, self.every, self.unit, self.clock = label, total, log, every, unit, clock
+        self.done = 0
+        self.start = self.last = clock()
+
+    def _line(self, now: float) -> str:
+        elapsed = max(now - self.start, 1e-9)
+        return f"  {self.label}: {self.done}/{self.total} {self.unit} ({self.done / elapsed:.0f} {self.unit}/s)"
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = self.clock()
+        if now - self.last >= self.every and self.done < self.total:
+            self.last = now
+            self.log(self._line(now))
+
+    def finish(self) -> None:
+        now = self.clock()
+        self.log(self._line(now) + f" in {now - self.start:.1f}s")

@@ -48,17 +48,23 @@ def load_benchmark(module_name: str) -> ModuleType | None:
         raise
 
 
+def help_text(doc: str) -> str:
+    """A module docstring's first line as plain help text (no reST inline-literal markup)."""
+    return doc.strip().splitlines()[0].replace("``", "")
+
+
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     """Add ``bench`` with one sub-command per benchmark module that exists."""
     found = {name: mod for name, modname in BENCHMARKS.items() if (mod := load_benchmark(modname)) is not None}
     if not found:
         return
-    p = subparsers.add_parser("bench", parents=[common], help="run a benchmark (" + ", ".join(found) + ")",
+    # no global options (--workspace/--agent/--config): benchmarks build their own data and ignore them
+    p = subparsers.add_parser("bench", help="run a benchmark (" + ", ".join(found) + ")",
                               description="Benchmarks; each prints a table and can write JSON.")
     sub = p.add_subparsers(dest="benchmark", metavar="NAME")
     for name, mod in found.items():
-        doc = (mod.__doc__ or name).strip().splitlines()[0]
-        bp = sub.add_parser(name, parents=[common], help=doc, description=doc)
+        doc = help_text(mod.__doc__ or name)
+        bp = sub.add_parser(name, help=doc, description=doc)
         mod.add_arguments(bp)
         bp.set_defaults(func=mod.run)
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
