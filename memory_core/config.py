@@ -127,7 +127,7 @@ class Local(_Model):
     model_path: str | None = None
     model_cache_dir: str | None = None
     context_size: int = Field(4096, ge=1)
-    threads: int = Field(1, ge=1)
+    threads: int = Field(0, ge=0)  # threads a batch of embeddings runs on; 0 = the machine's cores
 
 
 class Multimodal(_Model):
