@@ -54,8 +54,12 @@ def _open_core(args: argparse.Namespace) -> Any:
     return open_core(args)
 
 
-def format_hits(hits: list[Any]) -> str:
-    """Upstream's human output: ``<score> <path>:<start>-<end>``, the snippet, a blank line."""
+def format_hits(hits: list[Any], query: str = "", *, texts: dict[str, str] | None = None,
+                color: bool = False) -> str:
+    """Upstream's human output: ``<score> <citation>``, the lines around the match (from the chunk's
+    full text in ``texts`` when there, else the snippet; see ``snippets.render_snippet``), a blank line."""
+    from memory_core.search.snippets import render_snippet
+
     if not hits:
         return "No matches.\n"
     out = []
@@ -68,7 +72,8 @@ def format_hits(hits: list[Any]) -> str:
             parts.append(f"text {h.text_score:.3f}")
         if parts:
             out[-1] += f"  ({', '.join(parts)})"
-        for line in h.snippet.strip().splitlines()[:8]:
+        text = (texts or {}).get(h.id) or h.snippet
+        for line in render_snippet(text, query, color=color):
             out.append(f"    {line}")
         out.append("")
     return "\n".join(out) + "\n"
@@ -140,7 +145,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 print_json(data)
             else:
                 sys.stdout.write(_format_explain(data))
-                sys.stdout.write(format_hits(_hits_from(core, data)))
+                sys.stdout.write(_render_hits(core, _hits_from(core, data), query))
             return 0
         hits = core.search(query, **kwargs)
         stale = getattr(core, "last_staleness", None)
@@ -151,13 +156,20 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 out.update({k: v for k, v in stale.items() if k in ("stale", "warning", "action")})
             print_json(out)
         else:
-            sys.stdout.write(format_hits(hits))
+            sys.stdout.write(_render_hits(core, hits, query))
         if stale and stale.get("warning"):
             print(f"warning: {stale['warning']}" + (f" ({stale['action']})" if stale.get("action") else ""),
                   file=sys.stderr)
     finally:
         core.close()
     return 0
+
+
+def _render_hits(core: Any, hits: list[Any], query: str) -> str:
+    from memory_core.search.snippets import chunk_texts, use_color
+
+    texts = chunk_texts(core.config.db_path(), [h.id for h in hits]) if hits else {}
+    return format_hits(hits, query, texts=texts, color=use_color())
 
 
 def _hits_from(core: Any, data: dict[str, Any]) -> list[Any]:
