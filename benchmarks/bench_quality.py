@@ -32,8 +32,7 @@ upstream's):
    inflected query word reaches the entry's lemma. The strict query keeps exact terms.
 Measured (this benchmark, seed 0): WordNet 1,000/10k keyword-only nDCG@10 0.360 with upstream's
 probes, 0.386 with (1), 0.413 with (1)+(2) (bm25s 0.393); Lee 0.476 upstream vs 0.706 with the
-all-keyword OR probe (bm25s 0.700). Hybrid on WordNet: weighted 0.483, RRF 0.491 vs RRF(bm25s, faiss)
-0.477 and faiss 0.406.
+all-keyword OR probe (bm25s 0.700). The fusions' figures are in the README.
 """
 
 from __future__ import annotations
