@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +31,9 @@ def progress_log(args: argparse.Namespace) -> Callable[[str], None]:
 def emit(args: argparse.Namespace, results: Any, table: Callable[[], str] | None) -> None:
     """Print ``table()`` (when there is one) and write ``results`` where ``--json`` says."""
     path = getattr(args, "json", None)
-    text = json.dumps(results, indent=2)
+    from memory_core.output import camel_keys  # one JSON key style for every --json
+
+    text = json.dumps(camel_keys(results), indent=2)
     if path == "-":
         print(text)
         return
@@ -43,28 +44,3 @@ def emit(args: argparse.Namespace, results: Any, table: Callable[[], str] | None
             fh.write(text + "\n")
         print(f"results written to {path}")
 
-
-class Progress:
-    """Periodic progress lines for a long step: ``label: done/total (rate/s)`` at most every
-    ``every`` seconds, and a last line with the total time."""
-
-    def __init__(self, label: str, total: int, log: Callable[[str], None], *, every: float = 5.0,
-                 unit: str = "texts", clock: Callable[[], float] = time.monotonic) -> None:
-        self.label, self.total, self.log, self.every, self.unit, self.clock = label, total, log, every, unit, clock
-        self.done = 0
-        self.start = self.last = clock()
-
-    def _line(self, now: float) -> str:
-        elapsed = max(now - self.start, 1e-9)
-        return f"  {self.label}: {self.done}/{self.total} {self.unit} ({self.done / elapsed:.0f} {self.unit}/s)"
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        now = self.clock()
-        if now - self.last >= self.every and self.done < self.total:
-            self.last = now
-            self.log(self._line(now))
-
-    def finish(self) -> None:
-        now = self.clock()
-        self.log(self._line(now) + f" in {now - self.start:.1f}s")

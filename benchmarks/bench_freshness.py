@@ -88,8 +88,12 @@ def bench_latency(root: str, *, edits: int, files: int, debounce_ms: int | None,
     targets = [os.path.join(ws, "memory", f"topic{i % 20:02d}", f"note{i:04d}.md") for i in range(min(files, 10))]
     lat: list[float] = []
     timeouts = 0
+    from memory_core.progress import Progress
+
+    progress = Progress("  edits", edits, unit="edits")
     try:
         for n in range(edits):
+            progress(n)
             word = f"zyxedit{n:05d}q"
             path = targets[n % len(targets)]
             with open(path, "a") as fh:
@@ -104,6 +108,8 @@ def bench_latency(root: str, *, edits: int, files: int, debounce_ms: int | None,
             else:
                 timeouts += 1
             time.sleep(0.05)
+        progress(edits)
+        progress.finish()
         syncs = core.freshness.sync_count
     finally:
         engine.close()

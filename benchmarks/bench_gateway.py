@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import add_json_argument, emit
+from benchmarks.plot import add_plot_argument, check_plot_available, latency_distributions
+from memory_core.progress import Progress
 
 TOKEN = "bench-token"
 WORDS = ("falcon staging latency coffee postgres deploy window certificate roast editor theme cluster backup "
@@ -74,9 +76,11 @@ def start_server(config_path: Path, env: dict[str, str]) -> tuple[subprocess.Pop
     return proc, match.group(1)
 
 
-async def interleaved_latency(url: str, core: Any, queries: list[str], samples: int) -> dict[str, Any]:
+async def interleaved_latency(url: str, core: Any, queries: list[str], samples: int,
+                              raw: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """Per sample, one in-process search, one gateway v1, one gateway v2 and one protocol round trip
-    (a request refused by validation): interleaving gives all four rows the same machine load."""
+    (a request refused by validation): interleaving gives all four rows the same machine load.
+    ``raw`` (optional) receives each row's latencies in ms."""
     from memory_core.gateway.client import GatewayCallError, GatewayClient
 
     rows: dict[str, list[float]] = {"in_process": [], "gateway_v1": [], "gateway_v2": [], "round_trip": []}
@@ -86,7 +90,9 @@ async def interleaved_latency(url: str, core: Any, queries: list[str], samples: 
             core.search(q, max_results=6)
             await client.call("memory.search", _params(q, None))
             await client.call("memory.search", _params(q, 2))
+        progress = Progress("  latency samples", samples, unit="samples")
         for i in range(samples):
+            progress(i)
             q = queries[i % len(queries)]
             t = time.perf_counter()
             core.search(q, max_results=6)
@@ -103,6 +109,10 @@ async def interleaved_latency(url: str, core: Any, queries: list[str], samples: 
             except GatewayCallError:
                 pass
             rows["round_trip"].append((time.perf_counter() - t) * 1000)
+        progress(samples)
+        progress.finish()
+    if raw is not None:
+        raw.update(rows)
     return {name: percentiles(times) for name, times in rows.items()}
 
 
@@ -139,13 +149,14 @@ async def gateway_throughput(url: str, queries: list[str], clients: int, seconds
 
 
 def run_bench(*, files: int = 200, samples: int = 300, seconds: float = 5.0, clients: int = 16,
-              workdir: str | None = None) -> dict[str, Any]:
+              workdir: str | None = None, raw: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """The benchmark's results; ``raw`` (optional) receives the latency samples of each row."""
     from memory_core.config import load_config
     from memory_core.core import MemoryCore
 
     if workdir is None:  # a generated workspace and index of our own: removed when done
         with tempfile.TemporaryDirectory(prefix="memory-core-bench-gw-") as tmp:
-            return run_bench(files=files, samples=samples, seconds=seconds, clients=clients, workdir=tmp)
+            return run_bench(files=files, samples=samples, seconds=seconds, clients=clients, workdir=tmp, raw=raw)
     root = Path(workdir)
     ws = build_workspace(root, files)
     state = root / "state"
@@ -168,7 +179,7 @@ def run_bench(*, files: int = 200, samples: int = 300, seconds: float = 5.0, cli
         core.freshness.start()
         proc, url = start_server(config_path, env)
         try:
-            results.update(asyncio.run(interleaved_latency(url, core, queries, samples)))
+            results.update(asyncio.run(interleaved_latency(url, core, queries, samples, raw)))
             results["concurrent"] = asyncio.run(gateway_throughput(url, queries, clients, seconds))
         finally:
             proc.terminate()
@@ -209,6 +220,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=16, help="concurrent connections (default 16)")
     parser.add_argument("--workdir", default=None, help="folder for the workspace and index (default: a temp dir)")
     add_json_argument(parser)
+    add_plot_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,9 +231,15 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.seconds <= 600:
         print("error: --seconds must be in (0, 600]", file=sys.stderr)
         return 2
+    check_plot_available(args.plot)
+    raw: dict[str, list[float]] = {}
     results = run_bench(files=args.files, samples=args.samples, seconds=args.seconds, clients=args.clients,
-                        workdir=args.workdir)
+                        workdir=args.workdir, raw=raw)
     emit(args, results, lambda: table(results))
+    if args.plot:
+        latency_distributions({f"memory.search, {results['chunks']} chunks": raw}, args.plot,
+                              title=f"memory-core bench gateway ({args.samples} interleaved samples per row)")
+        print(f"chart written to {args.plot}", file=sys.stderr)
     return 0
 
 

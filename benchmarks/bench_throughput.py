@@ -34,6 +34,8 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import add_json_argument, emit
+from benchmarks.plot import add_plot_argument, check_plot_available, grouped_bars
+from memory_core.progress import Progress
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -343,6 +345,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
             [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}], metadata=None)
 
     mismatches = 0
+    steps = Progress("throughput", 4 * len(kinds), unit="steps")  # per kind: latency, QPS, ceiling, close
     for name, (config, call) in kinds.items():
         inproc, p1, p2 = engines(config, None), engines(config, 1), engines(config, 2)
         for i in range(20):  # same hits in-process and pooled
@@ -359,23 +362,28 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
             variants["raw_faiss_fp16_info"] = lambda i: index_fp16.search(qvecs[i % 512].reshape(1, -1), limit * 4)
             variants["pool_1_retrieve_only"] = lambda i: retrieve_only(i, 1)
         results[name] = paired_latency(variants, samples)
+        steps.advance(item=name)
         # QPS: 2 clients per worker (each its own engine), 1 vs 2 workers
         clients = {n: [engines(config, n) for _ in range(2 * n)] for n in (1, 2)}
         load = {n: (lambda i, es=clients[n], c=call: c(es[(i // 100_000) % len(es)], i)) for n in (1, 2)}
         cpu = {n: CpuMeter(pools[n]) for n in (1, 2)}
         results[name]["qps"] = scaling(load, pools, seconds / rounds, rounds, cpu)
         results[name]["cpu_us_per_query"] = {f"pool_{n}": cpu[n].per_query_us() for n in (1, 2)}
+        steps.advance(item=name)
         # the machine's own ceiling for this search: 1 vs 2 independent processes, no pool
         solo = independent_qps(db, dims, name, seconds / rounds, rounds)
         results[name]["qps"]["independent_1"] = solo[1]
         results[name]["qps"]["independent_2"] = solo[2]
         results[name]["qps"]["independent_ratio_2_over_1"] = round(solo[2] / solo[1], 2)
+        steps.advance(item=name)
         if name == "vector":  # the pool alone, without the owner's ranking work; this op keys its
             # derived state by model, so the warm-up has each worker build that one too
             results[name]["qps_retrieve_only"] = scaling(
                 {n: (lambda i, n=n: retrieve_only(i, n)) for n in (1, 2)}, pools, seconds / rounds, rounds)
         for e in (inproc, p1, p2, *clients[1], *clients[2]):
             e.close()
+        steps.advance(item=name)
+    steps.finish()
     results["ping"] = paired_latency({"pool_1": lambda i: pools[1].run("ping", i)}, samples)["pool_1"]
     results["pooled_equals_in_process"] = mismatches == 0
     v = results["vector"]
@@ -415,6 +423,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=200, help="sequential queries per latency measurement")
     p.add_argument("--db", default=None, help="reuse (or create) this benchmark database")
     add_json_argument(p)
+    add_plot_argument(p)
 
 
 def format_table(out: dict[str, Any]) -> str:
@@ -442,11 +451,26 @@ def format_table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(out: dict[str, Any], path: str) -> str:
+    """Queries per second per worker count for each search, next to the machine's ceiling (processes)."""
+    groups = {kind: {"pool, 1 worker": out[kind]["qps"]["pool_1"], "pool, 2 workers": out[kind]["qps"]["pool_2"],
+                     "ceiling, 1 process": out[kind]["qps"]["independent_1"],
+                     "ceiling, 2 processes": out[kind]["qps"]["independent_2"]}
+              for kind in ("keyword", "vector", "hybrid")}
+    return grouped_bars(groups, path, ylabel="queries per second (2 clients per worker)",
+                        title=f"memory-core bench throughput: {out['chunks']} chunks x {out['dims']} dims, "
+                              f"{out['cpu_count']} CPUs", value_format="{:.0f}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``memory-core bench throughput`` (memory_core/bench.py registry)."""
+    check_plot_available(args.plot)
     out = measure(chunks=args.chunks, dims=args.dims, seconds=args.seconds, samples=args.samples, db=args.db,
                   rounds=args.rounds)
     emit(args, out, lambda: format_table(out))
+    if args.plot:
+        plot(out, args.plot)
+        print(f"chart written to {args.plot}", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,8 @@
 """``memory-core bench NAME``: a registry of benchmarks living in the ``benchmarks/`` folder.
 
 Each benchmark module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and its docstring's
-first line is the help text. ``BENCHMARKS`` maps names to modules; a module that is not present
+first line is the help text (read from the source: a module is imported only when its benchmark
+runs or shows its help). ``BENCHMARKS`` maps names to modules; a module that is not present
 (yet) adds nothing. ``benchmarks`` ships with the distribution; in a source checkout that is not
 installed, the checkout next to this package (or the current directory) is put on ``sys.path``.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
+import re
 import sys
 from types import ModuleType
 from typing import Any
@@ -22,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "throughput": "benchmarks.bench_throughput",  # H7
     "gateway": "benchmarks.bench_gateway",  # H6
     "freshness": "benchmarks.bench_freshness",  # H8
+    "cli": "benchmarks.bench_cli",  # start-up of one-shot commands
 }
 
 
@@ -48,23 +52,77 @@ def load_benchmark(module_name: str) -> ModuleType | None:
         raise
 
 
-def help_text(doc: str) -> str:
-    """A module docstring's first line as plain help text (no reST inline-literal markup)."""
-    return doc.strip().splitlines()[0].replace("``", "")
+def _first_doc_line(module_name: str) -> str | None:
+    """The first line of ``module_name``'s docstring, read from its source without importing it
+    (benchmarks import numpy and more at the top); None when the module does not exist."""
+    _benchmarks_on_path()
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except ImportError:
+        return None
+    if spec is None:
+        return None
+    name = module_name.rsplit(".", 1)[-1]
+    if not spec.origin or not spec.origin.endswith(".py"):
+        return name
+    try:
+        with open(spec.origin, encoding="utf-8") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return name
+    match = _DOCSTRING.match(head)
+    if not match or not match.group(2).strip():
+        return name
+    return match.group(2).strip().splitlines()[0].strip().replace("``", "")  # plain help: no reST markup
+
+
+_DOCSTRING = re.compile(r'\s*(?:#[^\n]*\n\s*)*[rRuU]?("""|\'\'\')(.*?)(?:\1|$)', re.DOTALL)
+
+
+class LazyBenchmarkParser(argparse.ArgumentParser):
+    """A benchmark's sub-parser whose module is imported (and its options added) only when that
+    benchmark is parsed or its help shown, so ``memory-core --help`` or ``search`` never pay for it.
+    Mixed in front of the CLI's own parser class (its one-line usage errors)."""
+
+    def __init__(self, *args: Any, module_name: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._module_name = module_name
+        self._loaded = not module_name
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        mod = load_benchmark(self._module_name)
+        if mod is None:  # removed since the help line was read
+            self.error(f"the benchmark module {self._module_name} is not installed")
+        mod.add_arguments(self)
+        self.set_defaults(func=mod.run)
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self._load()  # before argparse applies the defaults (func, option defaults)
+        return super().parse_known_args(*args, **kwargs)
+
+    def format_help(self) -> str:
+        self._load()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._load()
+        return super().format_usage()
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``bench`` with one sub-command per benchmark module that exists."""
-    found = {name: mod for name, modname in BENCHMARKS.items() if (mod := load_benchmark(modname)) is not None}
+    """Add ``bench`` with one sub-command per benchmark module that exists (imported when run)."""
+    found = {name: (modname, doc) for name, modname in BENCHMARKS.items()
+             if (doc := _first_doc_line(modname)) is not None}
     if not found:
         return
     # no global options (--workspace/--agent/--config): benchmarks build their own data and ignore them
     p = subparsers.add_parser("bench", help="run a benchmark (" + ", ".join(found) + ")",
                               description="Benchmarks; each prints a table and can write JSON.")
-    sub = p.add_subparsers(dest="benchmark", metavar="NAME")
-    for name, mod in found.items():
-        doc = help_text(mod.__doc__ or name)
-        bp = sub.add_parser(name, help=doc, description=doc)
-        mod.add_arguments(bp)
-        bp.set_defaults(func=mod.run)
+    lazy = type("LazyBenchmarkParser", (LazyBenchmarkParser, type(p)), {})
+    sub = p.add_subparsers(dest="benchmark", metavar="NAME", parser_class=lazy)
+    for name, (modname, doc) in found.items():
+        sub.add_parser(name, help=doc, description=doc, module_name=modname)
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])

@@ -30,13 +30,16 @@ from memory_core.errors import (
     StateDirNotWritable,
     WorkspaceError,
 )
+from memory_core.output import escape_control
+from memory_core.progress import Progress
 
 # Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
 COMMAND_MODULES = (
     "memory_core.search.cli",  # search, get (H4)
     "memory_core.gateway.cli",  # serve, mcp (H6)
-    "memory_core.freshness",  # forget, watch (H8)
+    "memory_core.forget_cli",  # forget, watch (H8)
     "memory_core.bench",  # bench and the benchmarks registered with it
+    "memory_core.files_cli",  # files
 )
 
 # exit 2: the command line or the configuration must change (including a state dir that cannot
@@ -68,59 +71,35 @@ def load_cli_config(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def open_core(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """The MemoryCore for ``--workspace/--agent/--config``."""
+def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) -> Any:
+    """The MemoryCore for ``--workspace/--agent/--config``.
+
+    A one-shot command (the default) runs in-process (``pool.workers = 0``): starting worker
+    processes costs more than the one query they would answer. ``pool=True`` keeps the configured
+    pool, for long-running commands and for ``index`` (which hands work to it only when it pays)."""
     from memory_core.core import MemoryCore
 
     cfg = load_cli_config(args)
+    if not pool:
+        cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 0})})
     return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg, **kwargs)
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Every ``--json`` output: camelCase keys (memory_core.output.camel_keys), sorted."""
+    from memory_core.output import camel_keys
 
-
-class ProgressBar:
-    """A plain one-line progress bar on stderr, drawn only when stderr is a terminal."""
-
-    def __init__(self, label: str = "Indexing", stream: Any = None, width: int = 30) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.label, self.width = label, width
-        self._last = 0.0
-        self._drawn = False
-
-    def __call__(self, done: int, total: int, path: str) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
-        self._last = now
-        frac = done / total if total else 1.0
-        filled = int(frac * self.width)
-        name = path if len(path) <= 40 else "..." + path[-37:]
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {name:<40}")
-        self.stream.flush()
-        self._drawn = True
-
-    def finish(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+    sys.stdout.write(json.dumps(camel_keys(data), indent=2, sort_keys=True, default=str) + "\n")
 
 
 # ---------------------------------------------------------------------- index / status
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    core = open_core(args)
+    core = open_core(args, pool=True)
     try:
-        bar = ProgressBar("Indexing")
-        try:
-            summary = core.index(force=args.force, progress=bar)
-        finally:
-            bar.finish()
+        with Progress("Indexing", unit="files") as progress:
+            summary = core.index(force=args.force, progress=progress)
     finally:
         core.close()
     if args.json:
@@ -130,15 +109,27 @@ def _cmd_index(args: argparse.Namespace) -> int:
             print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
                   "(with its -wal/-shm, if any) and rebuilt from scratch")
         mode = "full rebuild" if summary.full else "incremental"
-        print(f"Indexed {core.workspace} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
+        print(f"Indexed {escape_control(core.workspace)} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
         print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
               f" removed {summary.removed}, unchanged {summary.unchanged}"
               + (f", forgotten {summary.forgotten}" if summary.forgotten else ""))
         for p in summary.problems[:20]:
-            print(f"  skipped {p['path']}: {p['message']}", file=sys.stderr)
+            print(f"  skipped {escape_control(p['path'])}: {escape_control(p['message'])}", file=sys.stderr)
         if len(summary.problems) > 20:
             print(f"  ... and {len(summary.problems) - 20} more problems (see --json)", file=sys.stderr)
     return EXIT_FAILURE if summary.failed else 0
+
+
+def _status_json(st: dict[str, Any]) -> dict[str, Any]:
+    """The status for ``--json``: the scheduler's ``lastSync*`` fields of a process that has not
+    synced itself (a one-shot CLI) come from the last sync the index records, not null beside it."""
+    fresh, last = st.get("freshness"), st.get("last_sync")
+    if isinstance(fresh, dict) and fresh.get("lastSyncAt") is None and last and last.get("time"):
+        fresh = {**fresh, "lastSyncAt": last["time"] / 1000, "lastSyncReason": last.get("reason")}
+        if last.get("error") and fresh.get("lastSyncError") is None:
+            fresh.update(lastSyncError=last["error"], lastSyncErrorAt=last["time"] / 1000)
+        st = {**st, "freshness": fresh}
+    return st
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -148,14 +139,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
     finally:
         core.close()
     if args.json:
-        print_json(st)
+        print_json(_status_json(st))
         return 0
     vec = st["vector"]
     fts = st["fts"]
     lines = [
         f"Agent: {st['agent']}",
-        f"Workspace: {st['workspace']}",
-        f"Database: {st['db_path']}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}"
+        f"Workspace: {escape_control(st['workspace'])}",
+        f"Database: {escape_control(st['db_path'])}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}"
         + (f" (state dir not writable: {st['state_dir_problem']}; it can be searched, not updated)"
            if st.get("state_dir_problem") else ""),
         f"Sources: {', '.join(st['sources'])}",
@@ -180,10 +171,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Last sync: {when} ({last.get('reason')}){' error: ' + last['error'] if last.get('error') else ''}")
         if last.get("problems"):
             lines.append(f"Problems: {len(last['problems'])} file(s) skipped, e.g. "
-                         f"{last['problems'][0]['path']}: {last['problems'][0]['message']}")
+                         f"{escape_control(last['problems'][0]['path'])}: "
+                         f"{escape_control(last['problems'][0]['message'])}")
     if args.deep:
         pc = st.get("provider_check") or {}
-        lines.append("Embeddings: " + ("available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
+        if pc.get("mode") == "fts-only":
+            lines.append(f"Embeddings: none ({pc.get('reason')})")
+        else:
+            lines.append("Embeddings: " + (
+                "available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
         if "integrity" in st:
             lines.append(f"Integrity: {st['integrity']}" + (
                 "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))

@@ -51,6 +51,14 @@ SPECIAL_ENV: dict[str, tuple[str, ...]] = {
     "MEMORY_CORE_GATEWAY_PASSWORD": ("gateway", "password"),
     "MEMORY_CORE_API_KEY": ("remote", "apiKey"),
 }
+# MEMORY_CORE_* variables that are not configuration keys but knobs of tests, benchmarks and the
+# search internals: never mistaken for a misspelt setting.
+KNOWN_KNOBS = frozenset({
+    "MEMORY_CORE_CONFIG", "MEMORY_CORE_NO_SKIPS", "MEMORY_CORE_HYPOTHESIS", "MEMORY_CORE_NODE_PREFIX",
+    "MEMORY_CORE_GENSIM_WHEEL_DIR", "MEMORY_CORE_BENCH_CACHE", "MEMORY_CORE_SLOW_REPUBLISHES",
+    "MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", "MEMORY_CORE_FAISS_THREADS", "MEMORY_CORE_READ_MMAP_BYTES",
+    "MEMORY_CORE_FP16_MIN_ROWS", "MEMORY_CORE_CANDIDATE_INDEX",
+})
 # Keys whose values are free-form mappings: their own keys are data, not config keys.
 _DATA_KEYS = {"headers"}
 
@@ -578,6 +586,7 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
                         f"environment variable {name}: unknown configuration section {path[0]!r}; "
                         f"known: {', '.join(sorted(top_fields))} (MEMORY_CORE_<SECTION>__<KEY>, e.g. "
                         "MEMORY_CORE_QUERY__MAX_RESULTS)")
+                _refuse_misspelt_env(name, top_fields)
                 continue  # other components' MEMORY_CORE_* variables (e.g. test or bench knobs)
         node = layer
         for part in path[:-1]:
@@ -588,6 +597,37 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
         node[path[-1]] = _env_value(env[name])
         origins[".".join(path)] = f"environment variable {name}"
     return layer, origins
+
+
+def _env_name(key: str) -> str:
+    """The top-level variable for a config key: ``extraPaths`` -> ``MEMORY_CORE_EXTRA_PATHS``."""
+    return ENV_PREFIX + "".join("_" + c if c.isupper() else c.upper() for c in key)
+
+
+def _refuse_misspelt_env(name: str, top_fields: set[str]) -> None:
+    """Raise :class:`ConfigError` for a variable that is no setting and no known knob but reads like
+    a misspelt setting (``PROVIDR`` for ``PROVIDER``): silently ignored, the setting would not apply."""
+    if name in KNOWN_KNOBS:
+        return
+    import difflib
+
+    rest = name[len(ENV_PREFIX):]
+    suggestion = None
+    for field in MemoryCoreConfig.model_fields.values():  # POOL_WORKERS for POOL__WORKERS
+        section = field.annotation
+        prefix = _env_name(field.alias or "")[len(ENV_PREFIX):] + "_"
+        if isinstance(section, type) and issubclass(section, BaseModel) and rest.startswith(prefix):
+            keys = {f.alias or n for n, f in section.model_fields.items()}
+            if _camel(rest[len(prefix):].lower()) in keys:
+                suggestion = f"{ENV_PREFIX}{prefix}_{rest[len(prefix):]}"
+    if suggestion is None:
+        suffixes = {n[len(ENV_PREFIX):]: n for n in set(SPECIAL_ENV) | {_env_name(k) for k in top_fields}}
+        close = difflib.get_close_matches(rest, sorted(suffixes), n=1, cutoff=0.75)
+        suggestion = suffixes[close[0]] if close else None
+    if suggestion:
+        raise ConfigError(
+            f"environment variable {name} is not a memory-core setting; did you mean {suggestion}? "
+            "(rename or unset it)")
 
 
 def _origin_for(path: str, origins: Mapping[str, str]) -> str:

@@ -462,6 +462,14 @@ class MemoryCore:
         with index_errors(self.db_path):
             return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
 
+    def files(self, *, sources: Sequence[str] | None = None) -> list[Any]:
+        """The indexed files (``memory-core files``): a list of ``IndexedFile``, by source then path."""
+        from memory_core.files_cli import list_indexed_files
+
+        self._check_open()
+        with index_errors(self.db_path):
+            return list_indexed_files(self.db_path, list(sources) if sources else None)
+
     # ------------------------------------------------------------------ status
     def _dirty_for_status(self) -> bool:
         """Whether the index is behind its files. Without a running watcher (a one-shot CLI
@@ -588,8 +596,9 @@ class MemoryCore:
             provider = self.provider
         except MemoryCoreError as exc:
             return {"available": False, "error": exc.message}
-        if provider is None:
-            return {"available": True, "mode": "fts-only"}
+        if provider is None:  # nothing to check, and nothing to call available: search is keyword-only
+            reason = f"no embedding provider (provider = {self.config.provider!r}); search is keyword-only"
+            return {"available": False, "mode": "fts-only", "reason": reason}
         info = {"available": True, "mode": "semantic", "id": str(provider.id), "model": str(provider.model),
                 "dims": getattr(provider, "dims", None)}
         try:

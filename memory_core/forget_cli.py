@@ -1,5 +1,5 @@
-"""``memory-core forget --session KEY`` and ``memory-core watch`` (registered through
-:func:`memory_core.freshness.register`, the module the CLI registry lists for H8).
+"""``memory-core forget --session KEY`` and ``memory-core watch`` (listed in the CLI registry,
+``memory_core.cli.COMMAND_MODULES``; this module imports nothing heavy, so ``--help`` stays fast).
 
 Forgetting removes a session transcript's chunks and derived rows and leaves a tombstone, so a
 later sync never publishes that transcript again (spec §1.4, §8.5). Memory files are refused:
@@ -77,7 +77,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from memory_core.cli import open_core
     from memory_core.freshness import Freshness, FreshnessSettings
 
-    core = open_core(args)
+    core = open_core(args, pool=True)
     try:
         _ = core.writer  # fail now, with the one-line error, on a read-only state dir or an unreadable index
     except BaseException:

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SMALL = {
     "gateway": ["--files", "20", "--samples", "20", "--seconds", "0.5", "--clients", "2"],
     "latency": ["--sizes", "2000", "--queries", "10"],
+    "cli": ["--runs", "2"],
     "freshness": ["--edits", "2", "--files", "10", "--debounce-ms", "100", "--skip", "idle", "--skip", "transcript"],
 }
 
@@ -52,5 +53,28 @@ def test_gateway_results_time_real_searches(tmp_path):
     assert r.returncode == 0, r.stderr
     g = json.loads(out.read_text())
     assert g["chunks"] > 0 and g["concurrent"]["searches"] > 0
-    for key in ("in_process", "gateway_v1", "gateway_v2", "round_trip"):
-        assert g[key]["n"] == 20 and g[key]["p50_ms"] > 0, (key, g[key])
+    for key in ("inProcess", "gatewayV1", "gatewayV2", "roundTrip"):
+        assert g[key]["n"] == 20 and g[key]["p50Ms"] > 0, (key, g[key])
+
+
+def test_cli_bench_times_successful_runs_only():
+    """bench cli's rows are runs that did their job: a failing command or a missing output is an error."""
+    from benchmarks.bench_cli import run_once
+
+    env = dict(os.environ)
+    assert run_once([sys.executable, "-c", "print('usage: x')"], env, "usage:") > 0
+    with pytest.raises(RuntimeError, match="exit 3"):
+        run_once([sys.executable, "-c", "import sys; sys.exit(3)"], env)
+    with pytest.raises(RuntimeError, match="failed"):
+        run_once([sys.executable, "-c", "print('No matches.')"], env, "memory/")
+
+
+def test_cli_bench_reports_medians_against_python_startup(tmp_path):
+    r, _ = bench("cli", "-", tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    base = out["python -c pass"]["medianS"]
+    for row in ("help", "search"):
+        assert out[row]["runs"] == 2 and out[row]["ratioToBaseline"] == round(out[row]["medianS"] / base, 2)
+        assert out["targets"][row]["ok"] == (out[row]["medianS"] < out["targets"][row]["targetS"])
+    assert "target help < 0.3 s" in r.stderr  # the table goes to stderr with --json -

@@ -105,8 +105,11 @@ def test_ctrl_c_during_index_ends_cleanly_and_records_the_interrupt(tmp_path):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(" ".join(rng.choice(WORDS) for _ in range(2000)) + "\n", encoding="utf-8")
 
-    # a terminal's Ctrl-C: SIGINT to the whole foreground process group (owner, forkserver, workers)
-    proc = subprocess.Popen([sys.executable, "-m", "memory_core", "index", "--force", "--workspace", str(ws)],
+    # a terminal's Ctrl-C: SIGINT to the whole foreground process group (owner, forkserver, workers);
+    # the indexing pool is used whatever the file count (a cold one waits for far more files)
+    forced_pool = ("import sys, workers.shared as s; s.COLD_POOL_MIN_ENTRIES = 0; "
+                   "from memory_core.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", forced_pool, "index", "--force", "--workspace", str(ws)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
                             start_new_session=True)
     try:
@@ -123,7 +126,7 @@ def test_ctrl_c_during_index_ends_cleanly_and_records_the_interrupt(tmp_path):
     r = cli("status", "--json")
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert (st["files"], st["last_sync"]["error"]) == (1, "full reindex failed: interrupted (KeyboardInterrupt)")
+    assert (st["files"], st["lastSync"]["error"]) == (1, "full reindex failed: interrupted (KeyboardInterrupt)")
     r = cli("search", "marker", "--json")
     assert [h["path"] for h in json.loads(r.stdout)["results"]] == ["memory/old.md"]
     assert [p.name for p in home.iterdir() if ".tmp-" in p.name] == []

@@ -212,15 +212,37 @@ def test_index_preparation_through_the_pool_equals_in_process(tmp_path):
         cfg = load_config(examples / "memory-core.toml", overrides={
             "pool": {"workers": workers}, "store": {"path": str(tmp_path / f"db{workers}.sqlite")}})
         with MemoryCore(str(ws), config=cfg) as core:
+            pools = shared.pools_for(cfg)
+            if workers:  # running workers take any batch of MIN_ENTRIES_FOR_POOL files or more
+                pools["indexing"].prewarm()
             summary = core.index()
             assert (summary.failed, summary.problems) == (0, [])
             dumps.append([[tuple(r) for r in core.writer.conn.execute(sql)] for sql in tables])
-            pools = shared.pools_for(cfg)
             if workers:
                 assert pools["indexing"].stats["completed"] >= 4
             else:
                 assert pools is None
     assert dumps[0] == dumps[1] and len(dumps[0][0]) > 20
+
+
+def test_a_cold_indexing_pool_is_started_only_for_enough_files(tmp_path, monkeypatch):
+    """A one-shot index of a few files prepares them in-process instead of starting workers."""
+    import shutil
+
+    from workers import shared
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    for threshold, started in ((shared.COLD_POOL_MIN_ENTRIES, False), (10, True)):
+        monkeypatch.setattr(shared, "COLD_POOL_MIN_ENTRIES", threshold)
+        shared.close_all()
+        ws = tmp_path / f"ws{threshold}"
+        shutil.copytree(examples / "workspace", ws)  # 19 files
+        cfg = load_config(examples / "memory-core.toml", overrides={
+            "pool": {"workers": 1}, "store": {"path": str(tmp_path / f"db{threshold}.sqlite")}})
+        with MemoryCore(str(ws), config=cfg) as core:
+            assert core.index().files == 19
+            indexing = shared.pools_for(cfg)["indexing"]
+            assert (indexing.stats["started"] > 0, indexing.stats["completed"] >= 4) == (started, started)
 
 
 def test_shared_pools_follow_pool_workers_and_cursor_pins_share_leases(workspace):

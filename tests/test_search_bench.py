@@ -51,24 +51,25 @@ def test_bench_quality_help_is_plain_and_shows_only_its_own_options(capsys):
     assert "--plot PNG" in out and "--cache-dir DIR" in out
 
 
-def test_progress_lines_say_done_total_and_rate():
-    from benchmarks import Progress
+def test_embedding_prints_progress_lines_and_keeps_nothing_without_a_cache_dir(monkeypatch, capsys, tmp_path):
+    from memory_core import progress
+    from tests.search_fixtures import FakeEmbedder
 
-    now = [0.0]
-    lines: list[str] = []
-    p = Progress("docs", 300, lines.append, every=5.0, clock=lambda: now[0])
-    for _ in range(3):
-        now[0] += 3.0
-        p.advance(100)  # at 3 s (too early), 6 s (a line), 9 s (the last: finish says it)
-    p.finish()
-    assert lines == ["  docs: 200/300 texts (33 texts/s)", "  docs: 300/300 texts (33 texts/s) in 9.0s"]
+    monkeypatch.setattr(progress, "LINE_INTERVAL_S", 0.0)  # a line at every step instead of every 3 s
+    monkeypatch.chdir(tmp_path)
+    vecs = bq.embed_all([f"text {i}" for i in range(150)], FakeEmbedder(dims=8), "t-docs")
+    assert vecs.shape == (150, 8) and os.listdir(tmp_path) == []
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in err[:2]] == [
+        "  embedding t-docs: 64/150 texts (42%)", "  embedding t-docs: 128/150 texts (85%)"]
+    assert len(err) == 3 and err[2].startswith("  embedding t-docs: 150/150 texts in ")
 
 
 def test_matplotlib_is_imported_only_when_a_plot_is_drawn():
     import subprocess
     import sys
 
-    code = ("import sys, memory_core.cli, benchmarks.bench_quality, benchmarks.plots; "
+    code = ("import sys, memory_core.cli, benchmarks.bench_quality, benchmarks.plot; "
             "memory_core.cli.build_parser(); print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -90,6 +90,12 @@ atexit.register(close_all)
 # --- chunk preparation through the indexing pool ---------------------------------------------------
 
 MIN_ENTRIES_FOR_POOL = 4  # below this the hop costs more than it parallelises
+# A pool whose workers are not running yet (a one-shot `memory-core index`, or after the idle
+# timeout) is started only for at least this many files. On 2 busy cores a cold pool made a one-shot
+# index slower at every size measured up to 10,000 files (the owner's writing competes with the
+# workers for the cores); chunk preparation is about half of the owner's work, which spare cores
+# can take on a large workspace. `memory-core bench cli --index-files` measures both ways.
+COLD_POOL_MIN_ENTRIES = 20_000
 
 
 class PreparedStream:
@@ -138,10 +144,15 @@ class PreparedStream:
 
 
 def prepared_stream(entries: list, cfg: Any, max_input_bytes: int) -> PreparedStream | None:
-    """A :class:`PreparedStream` over the shared indexing pool, or None (in-process preparation)."""
+    """A :class:`PreparedStream` over the shared indexing pool, or None (in-process preparation):
+    None for fewer than ``MIN_ENTRIES_FOR_POOL`` entries, or fewer than ``COLD_POOL_MIN_ENTRIES``
+    while the pool has no running worker."""
     if len(entries) < MIN_ENTRIES_FOR_POOL:
         return None
     pools = pools_for(cfg)
     if pools is None:
         return None
-    return PreparedStream(pools["indexing"], entries, cfg, max_input_bytes)
+    pool = pools["indexing"]
+    if len(entries) < COLD_POOL_MIN_ENTRIES and not pool.workers():
+        return None
+    return PreparedStream(pool, entries, cfg, max_input_bytes)
