@@ -40,6 +40,7 @@ COMMAND_MODULES = (
     "memory_core.forget_cli",  # forget, watch (H8)
     "memory_core.bench",  # bench and the benchmarks registered with it
     "memory_core.files_cli",  # files
+    "memory_core.manifest",  # plugin manifest
 )
 
 # exit 2: the command line or the configuration must change (including a state dir that cannot

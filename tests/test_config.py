@@ -82,6 +82,10 @@ EXPECTED_DEFAULTS = {
     },
     "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token"},
     "agents": {},
+    "citations": "auto",
+    "userTimezone": None,
+    "compaction": {"memoryFlush": {"enabled": True, "softThresholdTokens": None, "forceFlushTranscriptBytes": None,
+                                   "model": None}},
 }
 
 
