@@ -54,6 +54,8 @@ EXPECTED_DEFAULTS = {
     "query": {
         "maxResults": 6,
         "minScore": 0.35,
+        "maxChars": 32768,
+        "maxTerms": 8192,
         "hybrid": {
             "enabled": True,
             "vectorWeight": 0.7,
@@ -80,7 +82,8 @@ EXPECTED_DEFAULTS = {
         "idleTimeoutS": 300.0,
         "cursorTtlS": 60.0,
     },
-    "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token"},
+    "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token",
+                "maxConnections": 256, "idleTimeoutSeconds": 600.0},
     "agents": {},
     "citations": "auto",
     "userTimezone": None,

@@ -25,6 +25,7 @@ from host_facades.sqlite_ext import load_sqlite_vec
 from host_facades.vectors import decode_vector, encode_vector
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors
+from memory_core.store.perms import create_private_file
 
 FTS_ONLY_MODEL = "fts-only"
 LAST_SYNC_KEY = "memory_index_last_sync_v1"
@@ -94,6 +95,8 @@ class IndexWriter:
                 # database may already remove its -wal/-shm, which `index --force` keeps with it
                 with contextlib.suppress(FileNotFoundError):
                     open_readonly(self.db_path, load_vec=False).close()
+            else:
+                create_private_file(self.db_path)  # 0600 whatever the umask; -wal/-shm get its mode
             conn = apsw.Connection(self.db_path)
             try:
                 schema.configure_connection(conn)
