@@ -43,3 +43,4 @@ def emit(args: argparse.Namespace, results: Any, table: Callable[[], str] | None
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")
         print(f"results written to {path}")
+

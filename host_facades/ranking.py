@@ -20,6 +20,9 @@ from host_facades.lexical import bm25_rank_to_score  # noqa: F401  (re-exported 
 
 DAY_MS = 24 * 60 * 60 * 1000
 DEFAULT_RRF_K = 60
+# weighted: vw x vector + tw x keyword order score; upstream: upstream's exact weighted merge (its text
+# half is the boosted lexical score); rrf: reciprocal ranks; minmax / zscore: each half normalised per query
+FUSIONS = ("weighted", "upstream", "rrf", "minmax", "zscore")
 MEDIA_EXTENSIONS = frozenset({
     ".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".heic", ".heif", ".avif",
     ".mp3", ".wav", ".m4a", ".ogg", ".oga", ".flac", ".aac", ".opus", ".webm",
@@ -32,7 +35,7 @@ class RankingOptions:
 
     vector_weight: float = 0.7
     text_weight: float = 0.3
-    fusion: str = "weighted"          # "weighted" | "rrf"
+    fusion: str = "weighted"          # one of FUSIONS
     rrf_k: int = DEFAULT_RRF_K
     mmr_enabled: bool = True
     mmr_lambda: float = 0.7
@@ -69,6 +72,12 @@ class Candidate:
     in_keyword: bool = False
     vector_rank: int | None = None   # 1-based, for RRF
     keyword_rank: int | None = None
+    keyword_order: int | None = None  # 1-based keyword-only order (ties share), None without keyword evidence
+    text_half: float = 0.0        # the fused text half: keyword order as a score in (0, 1]
+    vector_norm: float = 0.0      # per-query normalised halves (fusion minmax / zscore)
+    text_norm: float = 0.0
+    pre_mmr_position: int = 0     # 1-based position before MMR, and after (explain)
+    position: int = 0
     content_score: float = 0.0
     lexical_rank: float = 0.0
     rank_score: float = 0.0      # internal ranking score (after decay / multipliers)
@@ -96,7 +105,8 @@ class Candidate:
                 self.triggers, self.project_key, self.provenance, self.source_mtime)
 
     def parts(self) -> dict[str, Any]:
-        """Score parts for ``--explain``."""
+        """Score parts for ``--explain``: the flat fields, plus each stage of the score in order
+        (keyword order, vector score, fusion, decay and multipliers, MMR)."""
         return {
             "id": self.id, "citation": citation_for(self.path, self.start_line, self.end_line),
             "vector_score": self.vector_score, "text_score": self.text_score,
@@ -105,6 +115,15 @@ class Candidate:
             "keyword_rank": self.keyword_rank, "content_score": self.content_score,
             "lexical_rank": self.lexical_rank, "decay": self.decay, "importance_mult": self.importance_mult,
             "project_mult": self.project_mult, "rank_score": self.rank_score, "score": self.score,
+            "stages": {
+                "keyword": {"order": self.keyword_order, "bm25": self.text_score, "boosted": self.ranking_score,
+                            "path": self.path_score, "half": self.text_half, "normalised": self.text_norm},
+                "vector": {"rank": self.vector_rank, "score": self.vector_score, "normalised": self.vector_norm},
+                "fusion": {"content": self.content_score},
+                "adjust": {"decay": self.decay, "importance": self.importance_mult, "project": self.project_mult,
+                           "rank_score": self.rank_score, "score": self.score},
+                "mmr": {"before": self.pre_mmr_position, "after": self.position},
+            },
         }
 
 
@@ -361,6 +380,7 @@ def union_candidates(vector: Sequence[dict[str, Any]], keyword: Sequence[dict[st
 
 
 def keyword_content_score(c: Candidate) -> float:
+    """Upstream's text half: the boosted lexical score (saturates towards 1 for long queries)."""
     if c.text_score > 0:
         return c.ranking_score
     if c.exact > 0:
@@ -368,10 +388,85 @@ def keyword_content_score(c: Candidate) -> float:
     return c.path_score
 
 
-def weighted_content(c: Candidate, vw: float, tw: float) -> float:
+def keyword_order_key(c: Candidate) -> tuple[float, float, float]:
+    """The keyword-only order of a candidate before decay and multipliers (boosted score, then BM25,
+    then path score): :func:`rank_keyword_only` sorts by the same fields."""
+    return (keyword_content_score(c), c.text_score, c.path_score)
+
+
+def has_keyword_evidence(c: Candidate) -> bool:
+    return c.in_keyword and keyword_content_score(c) > 0
+
+
+def bm25_relevance(text_score: float) -> float:
+    """The BM25 relevance behind a mapped ``text_score`` (the inverse of ``rel / (1 + rel)``)."""
+    return math.inf if text_score >= 1.0 else text_score / (1.0 - text_score)
+
+
+def assign_keyword_order(candidates: Sequence[Candidate]) -> None:
+    """Set ``keyword_order`` (1-based, equal keys share a position) and ``text_half`` on every candidate.
+
+    The text half is the BM25 relevance normalised per query by the best candidate's, scaled by the
+    best boosted score, kept non-increasing along the keyword order, and never above the candidate's
+    own boosted score (a path-only hit uses its path score over the best). Unlike the boosted score,
+    which saturates at 1.0 for most hits of a long query, it keeps BM25's spread; with one matching
+    candidate it equals upstream's text half. Candidates without keyword evidence get 0."""
+    scored = sorted((c for c in candidates if has_keyword_evidence(c)), key=keyword_order_key, reverse=True)
+    best = keyword_content_score(scored[0]) if scored else 0.0
+    top_rel = max((bm25_relevance(c.text_score) for c in scored if c.text_score > 0), default=0.0)
+    prev: tuple | None = None
+    pos = 0
+    ratio = 1.0
+    for i, c in enumerate(scored, start=1):
+        key = keyword_order_key(c)
+        if key != prev:
+            pos, prev = i, key
+        c.keyword_order = pos
+        own = keyword_content_score(c)
+        if c.text_score > 0 and top_rel > 0:
+            rel = bm25_relevance(c.text_score)
+            r = 1.0 if rel == top_rel else (0.0 if math.isinf(top_rel) else rel / top_rel)
+        else:
+            r = own / best
+        ratio = min(ratio, r)
+        c.text_half = min(own, best * ratio)
+    for c in candidates:
+        if not has_keyword_evidence(c):
+            c.keyword_order, c.text_half = None, 0.0
+
+
+def weighted_content(c: Candidate, vw: float, tw: float, *, upstream: bool = False) -> float:
+    """``vw x vector + tw x text half``; ``upstream`` uses upstream's text half (the boosted score)."""
     if c.in_vector and not c.in_keyword and is_non_text_media_path(c.path):
         return c.vector_score
-    return vw * c.vector_score + tw * keyword_content_score(c)
+    return vw * c.vector_score + tw * (keyword_content_score(c) if upstream else c.text_half)
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def normalise_halves(candidates: Sequence[Candidate], method: str) -> None:
+    """Per-retriever normalisation of this query's scores into ``vector_norm`` / ``text_norm`` in [0, 1]:
+    ``minmax`` maps each retriever's lowest..highest candidate to 0..1; ``zscore`` maps each score to
+    the normal CDF of its z-score within its retriever. A candidate a retriever did not return gets 0."""
+    halves = (("vector_norm", [c for c in candidates if c.in_vector], lambda c: c.vector_score),
+              ("text_norm", [c for c in candidates if has_keyword_evidence(c)], lambda c: c.text_half))
+    for c in candidates:
+        c.vector_norm = c.text_norm = 0.0
+    for attr, members, value in halves:
+        if not members:
+            continue
+        vals = np.array([value(c) for c in members], dtype=np.float64)
+        if method == "minmax":
+            lo, hi = float(vals.min()), float(vals.max())
+            norm = np.ones_like(vals) if hi == lo else (vals - lo) / (hi - lo)
+        else:
+            std = float(vals.std())
+            z = np.zeros_like(vals) if std == 0 else (vals - float(vals.mean())) / std
+            norm = np.array([_normal_cdf(float(x)) for x in z])
+        for c, v in zip(members, norm):
+            setattr(c, attr, float(v))
 
 
 def rrf_content(c: Candidate, k: int, lists: int) -> float:
@@ -379,30 +474,45 @@ def rrf_content(c: Candidate, k: int, lists: int) -> float:
 
     Normalising keeps ``minScore`` meaningful: 1.0 means rank 1 in every list that ran; a hit
     ranked r in one of two lists scores ``(k + 1) / (2 (k + r))`` (0.5 at r = 1, ~0.36 at r = 24).
+    The keyword rank is the keyword order (:func:`assign_keyword_order`).
     """
     if lists <= 0:
         return 0.0
     total = 0.0
     if c.vector_rank is not None and c.vector_score > 0:
         total += 1.0 / (k + c.vector_rank)
-    if c.keyword_rank is not None and (c.has_body_match or c.path_score > 0):
-        total += 1.0 / (k + c.keyword_rank)
+    if c.keyword_order is not None:
+        total += 1.0 / (k + c.keyword_order)
     return total / (lists / (k + 1.0))
 
 
+def fused_content(c: Candidate, opts: RankingOptions, lists: int) -> float:
+    """The content score of one candidate under ``opts.fusion`` (see :data:`FUSIONS`)."""
+    if opts.fusion == "rrf":
+        return rrf_content(c, opts.rrf_k, lists)
+    if opts.fusion in ("minmax", "zscore"):
+        if c.in_vector and not c.in_keyword and is_non_text_media_path(c.path):
+            return c.vector_norm
+        return opts.vector_weight * c.vector_norm + opts.text_weight * c.text_norm
+    return weighted_content(c, opts.vector_weight, opts.text_weight, upstream=opts.fusion == "upstream")
+
+
 def _tiebreak(c: Candidate) -> tuple:
-    return (c.path, c.start_line, c.end_line)
+    """Equal scores: the keyword order first (led by BM25; candidates without keyword evidence last),
+    then the BM25 score itself, then path and lines (stable, deterministic)."""
+    return (c.keyword_order if c.keyword_order is not None else math.inf, -c.text_score, -c.path_score,
+            c.path, c.start_line, c.end_line)
 
 
 def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int = 2) -> list[Candidate]:
-    """Score, adjust and order merged candidates (§6.2 variant 3, or RRF content scores)."""
+    """Score, adjust and order merged candidates (§6.2 variant 3 with the chosen fusion)."""
     now_ms = opts.now_ms
     active = prepare_active_project_keys(opts.active_project_keys)
+    assign_keyword_order(candidates)
+    if opts.fusion in ("minmax", "zscore"):
+        normalise_halves(candidates, opts.fusion)
     for c in candidates:
-        if opts.fusion == "rrf":
-            c.content_score = rrf_content(c, opts.rrf_k, lists)
-        else:
-            c.content_score = weighted_content(c, opts.vector_weight, opts.text_weight)
+        c.content_score = fused_content(c, opts, lists)
         c.lexical_rank = c.ranking_score if (c.has_body_match and c.text_score == 0) else 0.0
         if c.exact > 0:
             if opts.decay_enabled:
@@ -422,19 +532,18 @@ def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int
             c.score = 0.0
         else:
             c.score = c.rank_score
+    groups = [sorted((c for c in candidates if c.exact == tier),
+                     key=lambda c: ((0 if c.content_score > 0 else 1) if not opts.decay_enabled else 0,
+                                    -c.rank_score, -c.lexical_rank, *_tiebreak(c))) for tier in (3, 2, 1)]
+    groups.append(sorted((c for c in candidates if c.exact == 0),
+                         key=lambda c: (-c.score, -c.rank_score, -c.lexical_rank, *_tiebreak(c))))
     out: list[Candidate] = []
-    for tier in (3, 2, 1):
-        group = [c for c in candidates if c.exact == tier]
-        group.sort(key=lambda c: ((0 if c.content_score > 0 else 1) if not opts.decay_enabled else 0,
-                                  -c.rank_score, -c.lexical_rank, *_tiebreak(c)))
+    for tier, group in zip((3, 2, 1, 0), groups):
         if opts.mmr_enabled:
-            group = mmr_rerank(group, lam=opts.mmr_lambda, score=lambda c: c.rank_score, text=lambda c: c.snippet)
+            rel = (lambda c: c.rank_score) if tier else (lambda c: c.score)
+            group = mmr_rerank(group, lam=opts.mmr_lambda, score=rel, text=lambda c: c.snippet)
         out.extend(group)
-    rest = [c for c in candidates if c.exact == 0]
-    rest.sort(key=lambda c: (-c.score, -c.rank_score, -c.lexical_rank, *_tiebreak(c)))
-    if opts.mmr_enabled:
-        rest = mmr_rerank(rest, lam=opts.mmr_lambda, score=lambda c: c.score, text=lambda c: c.snippet)
-    out.extend(rest)
+    _mark_positions([c for g in groups for c in g], out)
     return out
 
 
@@ -463,13 +572,25 @@ def rank_keyword_only(candidates: list[Candidate], opts: RankingOptions) -> list
     for c in candidates:
         if c.exact > 0:
             c.score = c.project_mult
+    assign_keyword_order(candidates)
+    _mark_positions(candidates, candidates)
     return candidates
 
 
 def rank_vector_only(candidates: list[Candidate]) -> list[Candidate]:
     for c in candidates:
         c.content_score = c.rank_score = c.score = c.vector_score
-    return sorted(candidates, key=lambda c: (-c.score, *_tiebreak(c)))
+    ordered = sorted(candidates, key=lambda c: (-c.score, *_tiebreak(c)))
+    _mark_positions(ordered, ordered)
+    return ordered
+
+
+def _mark_positions(before: Sequence[Candidate], after: Sequence[Candidate]) -> None:
+    """1-based positions before and after MMR (explain)."""
+    for i, c in enumerate(before, start=1):
+        c.pre_mmr_position = i
+    for i, c in enumerate(after, start=1):
+        c.position = i
 
 
 # ---------------------------------------------------------------------------------------------

@@ -71,7 +71,9 @@ def _first_doc_line(module_name: str) -> str | None:
     except OSError:
         return name
     match = _DOCSTRING.match(head)
-    return match.group(2).strip().splitlines()[0].strip() if match and match.group(2).strip() else name
+    if not match or not match.group(2).strip():
+        return name
+    return match.group(2).strip().splitlines()[0].strip().replace("``", "")  # plain help: no reST markup
 
 
 _DOCSTRING = re.compile(r'\s*(?:#[^\n]*\n\s*)*[rRuU]?("""|\'\'\')(.*?)(?:\1|$)', re.DOTALL)
@@ -116,10 +118,11 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
              if (doc := _first_doc_line(modname)) is not None}
     if not found:
         return
-    p = subparsers.add_parser("bench", parents=[common], help="run a benchmark (" + ", ".join(found) + ")",
+    # no global options (--workspace/--agent/--config): benchmarks build their own data and ignore them
+    p = subparsers.add_parser("bench", help="run a benchmark (" + ", ".join(found) + ")",
                               description="Benchmarks; each prints a table and can write JSON.")
     lazy = type("LazyBenchmarkParser", (LazyBenchmarkParser, type(p)), {})
     sub = p.add_subparsers(dest="benchmark", metavar="NAME", parser_class=lazy)
     for name, (modname, doc) in found.items():
-        sub.add_parser(name, parents=[common], help=doc, description=doc, module_name=modname)
+        sub.add_parser(name, help=doc, description=doc, module_name=modname)
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])

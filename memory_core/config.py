@@ -136,7 +136,7 @@ class Local(_Model):
     model_path: str | None = None
     model_cache_dir: str | None = None
     context_size: int = Field(4096, ge=1)
-    threads: int = Field(1, ge=1)
+    threads: int = Field(0, ge=0)  # threads a batch of embeddings runs on; 0 = the machine's cores
 
 
 class Multimodal(_Model):
@@ -196,7 +196,7 @@ class Hybrid(_Model):
     vector_weight: float = DEFAULT_VECTOR_WEIGHT
     text_weight: float = DEFAULT_TEXT_WEIGHT
     candidate_multiplier: float = 4
-    fusion: Literal["weighted", "rrf"] = "weighted"  # D7
+    fusion: Literal["weighted", "upstream", "rrf", "minmax", "zscore"] = "weighted"  # D7; host_facades.ranking.FUSIONS
     rrf_k: int = Field(60, ge=1)
     mmr: Mmr = Field(default_factory=Mmr)
     temporal_decay: TemporalDecay = Field(default_factory=TemporalDecay)

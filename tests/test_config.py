@@ -34,7 +34,7 @@ EXPECTED_DEFAULTS = {
         "nonBatchConcurrency": 4,
         "timeoutSeconds": 120.0,
     },
-    "local": {"modelPath": None, "modelCacheDir": None, "contextSize": 4096, "threads": 1},
+    "local": {"modelPath": None, "modelCacheDir": None, "contextSize": 4096, "threads": 0},
     "multimodal": {"enabled": False, "modalities": [], "maxFileBytes": 10000000},
     "outputDimensionality": None,
     "inputType": None,

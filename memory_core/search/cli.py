@@ -56,8 +56,12 @@ def _open_core(args: argparse.Namespace) -> Any:
     return open_core(args)
 
 
-def format_hits(hits: list[Any]) -> str:
-    """Upstream's human output: ``<score> <path>:<start>-<end>``, the snippet, a blank line."""
+def format_hits(hits: list[Any], query: str = "", *, texts: dict[str, str] | None = None,
+                color: bool = False) -> str:
+    """Upstream's human output: ``<score> <citation>``, the lines around the match (from the chunk's
+    full text in ``texts`` when there, else the snippet; see ``snippets.render_snippet``), a blank line."""
+    from memory_core.search.snippets import render_snippet
+
     if not hits:
         return "No matches.\n"
     out = []
@@ -70,10 +74,32 @@ def format_hits(hits: list[Any]) -> str:
             parts.append(f"text {h.text_score:.3f}")
         if parts:
             out[-1] += f"  ({', '.join(parts)})"
-        for line in h.snippet.strip().splitlines()[:8]:
+        text = (texts or {}).get(h.id) or h.snippet
+        for line in render_snippet(text, query, color=color):
             out.append(f"    {line}")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+# each hit's score, stage by stage: keyword order (BM25 rank, boosted score, the fused text half),
+# vector (rank, cosine), fusion (content score), decay and multipliers, final score, MMR move
+EXPLAIN_COLUMNS = (("kw#", 3), ("bm25", 5), ("boost", 5), ("text½", 5), ("vec#", 4), ("vec", 5),
+                   ("fused", 5), ("decay", 5), ("mult", 4), ("score", 5), ("mmr", 7))
+
+
+def _num(value: Any, fmt: str = ".3f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def explain_cells(r: dict[str, Any]) -> list[str]:
+    """The :data:`EXPLAIN_COLUMNS` cells of one ranked candidate's score parts."""
+    st = r.get("stages") or {}
+    kw, vec, mmr = st.get("keyword", {}), st.get("vector", {}), st.get("mmr", {})
+    moved = f"{mmr.get('before', 0)}->{mmr.get('after', 0)}" if mmr.get("before") else "-"
+    cells = [_num(kw.get("order"), "d"), _num(r["text_score"]), _num(r["ranking_score"]), _num(kw.get("half")),
+             _num(r.get("vector_rank"), "d"), _num(r["vector_score"]), _num(r["content_score"]), _num(r["decay"]),
+             _num(r["importance_mult"] * r["project_mult"], ".2f"), _num(r["score"]), moved]
+    return [f"{c:>{w}}" for c, (_, w) in zip(cells, EXPLAIN_COLUMNS)]
 
 
 def _format_explain(data: dict[str, Any]) -> str:
@@ -91,13 +117,10 @@ def _format_explain(data: dict[str, Any]) -> str:
                      + (f" errors={fts['errors']}" if fts.get("errors") else ""))
     cands = data.get("candidates", {})
     lines.append(f"candidates: keyword {len(cands.get('keyword', []))}, vector {len(cands.get('vector', []))}")
-    lines.append("score parts (ranked order):")
-    lines.append("  score  rank   content vec    text   kwrank path  exact decay imp  proj  citation")
+    lines.append(f"score parts (ranked order; fusion {(data.get('params') or {}).get('fusion', '-')}):")
+    lines.append("  " + "  ".join(f"{h:>{w}}" for h, w in EXPLAIN_COLUMNS) + "  citation")
     for r in data.get("ranked", [])[:40]:
-        lines.append(
-            f"  {r['score']:.3f}  {r['rank_score']:.3f}  {r['content_score']:.3f}  {r['vector_score']:.3f}  "
-            f"{r['text_score']:.3f}  {r['ranking_score']:.3f}  {r['path_score']:.3f}  {r['exact']}     "
-            f"{r['decay']:.3f} {r['importance_mult']:.2f}  {r['project_mult']:.2f}  {escape_control(r['citation'])}")
+        lines.append("  " + "  ".join(explain_cells(r)) + f"  {escape_control(r['citation'])}")
     timings = data.get("timings_ms") or {}
     if timings:
         lines.append("timings ms: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
@@ -125,7 +148,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 print_json(data)
             else:
                 sys.stdout.write(_format_explain(data))
-                sys.stdout.write(format_hits(_hits_from(core, data)))
+                sys.stdout.write(_render_hits(core, _hits_from(core, data), query))
             return 0
         hits = core.search(query, **kwargs)
         stale = getattr(core, "last_staleness", None)
@@ -136,13 +159,20 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 out.update({k: v for k, v in stale.items() if k in ("stale", "warning", "action")})
             print_json(out)
         else:
-            sys.stdout.write(format_hits(hits))
+            sys.stdout.write(_render_hits(core, hits, query))
         if stale and stale.get("warning"):
             print(f"warning: {stale['warning']}" + (f" ({stale['action']})" if stale.get("action") else ""),
                   file=sys.stderr)
     finally:
         core.close()
     return 0
+
+
+def _render_hits(core: Any, hits: list[Any], query: str) -> str:
+    from memory_core.search.snippets import chunk_texts, use_color
+
+    texts = chunk_texts(core.config.db_path(), [h.id for h in hits]) if hits else {}
+    return format_hits(hits, query, texts=texts, color=use_color())
 
 
 def _hits_from(core: Any, data: dict[str, Any]) -> list[Any]:

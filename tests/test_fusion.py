@@ -1,0 +1,114 @@
+"""The hybrid's text half carries the keyword order; fusions, tie-breaking and explain parts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_core.config import MemoryCoreConfig
+from memory_core.search import ranking
+from memory_core.search.engine import SearchEngine
+from memory_core.search.ranking import RankingOptions
+from tests.search_fixtures import FakeEmbedder, build_index
+from tests.test_search_cases import kw, ranked, vec
+
+PLAIN = dict(mmr_enabled=False, decay_enabled=False)
+
+
+def saturated_long_query_hits():
+    """Five hits of a long query: the boosted score is 1.0 for all (saturated), BM25 falls a to e;
+    the paths sort e..a, so a path tie-break alone would reverse the keyword order."""
+    names = "abcde"
+    keyword = [kw(n, f"memory/{'edcba'[i]}.md", ts, score=1.0) for i, (n, ts) in enumerate(zip(names, (0.9, 0.8, 0.7, 0.6, 0.5)))]
+    flat = [vec(n, f"memory/{'edcba'[i]}.md", 0.5) for i, n in enumerate(names)]
+    return flat, keyword
+
+
+def test_keyword_order_survives_a_flat_vector_half():
+    flat, keyword = saturated_long_query_hits()
+    out = ranked(flat, keyword, RankingOptions(**PLAIN))
+    # text half = BM25 relevance over the best's (9, 4, 2.33, 1.5, 1): 0.7 x 0.5 + 0.3 x ratio
+    assert [(c.id, round(c.score, 4)) for c in out] == [
+        ("a", 0.65), ("b", 0.4833), ("c", 0.4278), ("d", 0.4), ("e", 0.3833)]
+
+
+def test_upstream_weighted_merge_stays_available_and_loses_the_keyword_order():
+    flat, keyword = saturated_long_query_hits()
+    out = ranked(flat, keyword, RankingOptions(fusion="upstream", **PLAIN))
+    # upstream's text half is the saturated boosted score: every hit 0.65, the tie then goes to
+    # the keyword order (BM25), no longer to the path
+    assert [(c.id, round(c.score, 4)) for c in out] == [(n, 0.65) for n in "abcde"]
+    assert [round(c.text_half, 4) for c in out] == [1.0, 0.4444, 0.2593, 0.1667, 0.1111]
+
+
+@pytest.mark.parametrize("fusion, expected", [
+    ("rrf", ["a", "b", "c", "d", "e"]),
+    ("minmax", ["a", "b", "c", "d", "e"]),
+    ("zscore", ["a", "b", "c", "d", "e"]),
+])
+def test_every_fusion_keeps_the_keyword_order_under_a_flat_vector_half(fusion, expected):
+    flat, keyword = saturated_long_query_hits()
+    assert [c.id for c in ranked(flat, keyword, RankingOptions(fusion=fusion, **PLAIN))] == expected
+
+
+def test_ties_are_broken_by_the_keyword_order_then_bm25_then_path():
+    opts = RankingOptions(fusion="rrf", **PLAIN)
+    # paths sort the vector-only hits first, so a path tie-break alone would put them first
+    out = ranked([vec("v1", "memory/a1.md", 0.9), vec("y", "memory/a2.md", 0.8), vec("z", "memory/0.md", 0.7)],
+                 [kw("k1", "memory/z1.md", 0.9), kw("x", "memory/z2.md", 0.6)], opts)
+    # v1 and k1 tie (rank 1 in one list): k1 has keyword evidence; y and x tie (rank 2): x has it
+    assert [c.id for c in out] == ["k1", "v1", "x", "y", "z"]
+    same = ranked([vec("p", "memory/b.md", 0.5), vec("q", "memory/a.md", 0.5)], [], RankingOptions(**PLAIN))
+    assert [c.id for c in same] == ["q", "p"]  # no keyword evidence at all: path order
+
+
+def test_weighted_text_half_equals_upstream_with_one_keyword_candidate():
+    out = ranked([vec("x", "memory/x.md", 0.2)], [kw("x", "memory/x.md", 0.2)],
+                 RankingOptions(vector_weight=0.5, text_weight=0.5, **PLAIN))
+    assert (round(out[0].text_half, 6), round(out[0].score, 6)) == (0.2, 0.2)
+
+
+candidate = st.tuples(st.floats(0.01, 0.99), st.floats(0.0, 0.4), st.integers(0, 2), st.floats(0.0, 1.0))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(candidate, min_size=1, max_size=12))
+def test_vector_weight_zero_ranks_exactly_as_keyword_only(rows):
+    """vectorWeight 0 (MMR off) orders the keyword candidates exactly as keyword-only search does,
+    whatever the vector scores, including ties of the boosted score."""
+    keyword = [kw(f"c{i}", f"memory/{i % 3}.md", ts, score=min(1.0, ts + boost), start=i + 1, end=i + 1)
+               for i, (ts, boost, _, _) in enumerate(rows)]
+    vector = [vec(f"c{i}", f"memory/{i % 3}.md", v, start=i + 1, end=i + 1) for i, (_, _, _, v) in enumerate(rows)]
+    opts = RankingOptions(vector_weight=0.0, text_weight=1.0, **PLAIN)
+    hybrid = [c.id for c in ranked(vector, keyword, opts) if c.in_keyword]
+    only = [c.id for c in ranking.rank_keyword_only(ranking.union_candidates([], keyword), opts)]
+    assert hybrid == only
+
+
+def test_explain_shows_each_part_of_a_hits_score(tmp_path):
+    emb = FakeEmbedder()
+    db = build_index(tmp_path / "e.sqlite", [
+        {"path": "memory/cats.md", "text": "cats purr and sleep all day"},
+        {"path": "memory/dogs.md", "text": "dogs bark at the mail carrier"},
+    ], embedder=emb)
+    cfg = MemoryCoreConfig(provider="fake", query={"hybrid": {"mmr": {"enabled": False}}})
+    engine = SearchEngine(cfg, db, emb)
+    try:
+        data = engine.explain("cats purr", min_score=0.0)
+    finally:
+        engine.close()
+    top = data["ranked"][0]
+    cos = float(emb.vector("cats purr") @ emb.vector("cats purr and sleep all day"))
+    stages = top["stages"]
+    assert top["citation"] == "memory/cats.md#L1"
+    assert stages["keyword"]["order"] == 1 and stages["vector"]["rank"] == 1
+    assert stages["keyword"]["half"] == pytest.approx(top["ranking_score"])  # the only keyword hit
+    assert stages["vector"]["score"] == pytest.approx(cos, abs=1e-5)
+    assert stages["fusion"]["content"] == pytest.approx(0.7 * cos + 0.3 * top["ranking_score"], abs=1e-5)
+    assert stages["adjust"] == {"decay": 1.0, "importance": 1.0, "project": 1.0,
+                                "rank_score": pytest.approx(stages["fusion"]["content"]),
+                                "score": pytest.approx(stages["fusion"]["content"])}
+    assert stages["mmr"] == {"before": 1, "after": 1}
+    assert data["params"]["fusion"] == "weighted"
