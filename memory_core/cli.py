@@ -35,7 +35,7 @@ from memory_core.errors import (
 COMMAND_MODULES = (
     "memory_core.search.cli",  # search, get (H4)
     "memory_core.gateway.cli",  # serve, mcp (H6)
-    "memory_core.freshness",  # forget, watch (H8)
+    "memory_core.forget_cli",  # forget, watch (H8)
     "memory_core.bench",  # bench and the benchmarks registered with it
 )
 

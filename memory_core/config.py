@@ -158,6 +158,8 @@ class Sync(_Model):
     watch: bool = True
     watch_debounce_ms: int = Field(1500, ge=0)
     interval_minutes: float = Field(0, ge=0)
+    # without a watcher (library, one-shot CLI) a search stats the sources at most this often
+    reconcile_interval_ms: int = Field(2000, ge=0)
     sessions: SyncSessions = Field(default_factory=SyncSessions)
     embedding_batch_timeout_seconds: float | None = Field(None, gt=0)
 
