@@ -114,7 +114,7 @@ class ProgressBar:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    core = open_core(args)
+    core = open_core(args, repoint=args.repoint)
     try:
         bar = ProgressBar("Indexing")
         try:
@@ -196,6 +196,9 @@ def _register_builtin(sub: Any, common: argparse.ArgumentParser) -> None:
                        description="Index the agent workspace into its SQLite file. Incremental by default; "
                                    "--force (or a settings change) rebuilds atomically.")
     p.add_argument("--force", action="store_true", help="full rebuild into a temp database, swapped in atomically")
+    p.add_argument("--repoint", action="store_true",
+                   help="the index was built from another workspace: re-point it to --workspace (files not in "
+                        "the new workspace are removed from the index)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_index)
 

@@ -128,6 +128,10 @@ class MemoryCore:
             "cache_max_entries": cfg.cache.max_entries,
         }
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed:
             raise MemoryCoreError("this MemoryCore is closed; open a new one (MemoryCore(...)) to use the index")

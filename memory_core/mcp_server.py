@@ -114,7 +114,7 @@ class MemoryTools:
             from memory_core.core import MemoryCore
 
             self._core = MemoryCore(self.config.workspace, agent_id=self.config.agent_id, config=self.config)
-            self._core.freshness.start()  # H8: watcher, interval and startup catch-up while serving
+            self._core.serve_freshness()  # watcher, interval and startup catch-up while serving
         return self._core
 
     def close(self) -> None:

@@ -49,6 +49,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be 0..65535 (0 picks a free port), not {port}")
     auth = resolve_auth(mode=args.auth, host=host, token=args.token, password=args.password, config=cfg)
     service = MemoryService(cfg)
+    service.warm(lambda line: print(line, file=sys.stderr, flush=True))
 
     def ready(server: Any) -> None:
         agents = ", ".join(service.agents.ids)
