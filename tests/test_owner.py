@@ -313,3 +313,39 @@ def test_serve_opens_syncs_and_watches_every_agent_at_start(tmp_path):
     lines = log.read_text().splitlines()
     assert any(line.startswith("memory-core: agent main: opened ") and "watcher running" in line for line in lines)
     assert any(line.startswith("memory-core: agent ops: opened ") for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------- structure
+
+
+def test_the_owner_holds_all_its_state_from_the_start(tmp_path):
+    """Nothing attaches state to a MemoryCore from outside: searching, serving, paging and status
+    add no attribute to the object."""
+    ws = make_workspace(tmp_path, files={"MEMORY.md": "- the owner fact\n"})
+    cfg = load_config(None, env={"MEMORY_CORE_HOME": str(tmp_path / "state")},
+                      overrides={"workspace": str(ws), "pool": {"workers": 1}})
+    core = MemoryCore(config=cfg)
+    try:
+        before = set(vars(core))
+        core.index()
+        assert [h.path for h in core.search("owner fact")] == ["MEMORY.md"]
+        assert core.cursor_pins is core.cursor_pins and core.retriever is core.search_engine.retriever
+        core.serve_freshness(watch=False)
+        core.status()
+        assert set(vars(core)) == before
+    finally:
+        core.close()
+        from workers.shared import close_all
+
+        close_all()
+
+
+def test_cli_core_forget_cli_and_freshness_import_no_cycle():
+    import grimp
+
+    graph = grimp.build_graph("memory_core")
+    mods = ["memory_core.cli", "memory_core.core", "memory_core.forget_cli", "memory_core.freshness"]
+    both_ways = [(a, b) for a in mods for b in mods if a < b
+                 and graph.chain_exists(importer=a, imported=b, as_packages=True)
+                 and graph.chain_exists(importer=b, imported=a, as_packages=True)]
+    assert both_ways == []
