@@ -98,6 +98,25 @@ class Workspace:
             return w, self.path(i).name, at, True
 
 
+def index_rows(tmp_path: Path, ws: Workspace, words: list[str]) -> list:
+    """What the index holds for the files of ``words`` (the failure message of the settle check)."""
+    import apsw
+
+    conn = apsw.Connection(str(tmp_path / "state" / "main.sqlite"), flags=apsw.SQLITE_OPEN_READONLY)
+    out = []
+    try:
+        for w in words[:5]:
+            i = int(w[2:].split("r")[0])
+            rel = f"memory/{ws.path(i).name}"
+            disk = ws.path(i).read_text() if ws.path(i).exists() else None
+            rows = list(conn.execute("SELECT hash, mtime, size FROM memory_index_sources WHERE path = ?", (rel,)))
+            chunks = [t[:80] for (t,) in conn.execute("SELECT text FROM memory_index_chunks WHERE path = ?", (rel,))]
+            out.append((w, rel, disk, rows, chunks))
+    finally:
+        conn.close()
+    return out
+
+
 def paths_of(payload: dict) -> list[str]:
     return [r["path"] for r in payload["results"]]
 
@@ -226,7 +245,8 @@ def test_serve_under_churn_loses_no_update_and_says_when_it_is_behind(tmp_path):
     assert failures == [], serve_log[-3000:]
     assert [(args, code) for args, code, _ in cli_runs] == [("index --force", 0), ("index", 0),
                                                            ("index --force", 0), ("index", 0)], cli_runs
-    assert (missing[:20], lingering[:20]) == ([], []), (settle, serve_log[-3000:])
+    assert (missing[:20], lingering[:20]) == ([], []), (settle, index_rows(tmp_path, ws, missing + lingering),
+                                                        silent_misses[:5], serve_log[-3000:])
     assert settle <= SETTLE_S
     assert silent_misses == [], serve_log[-3000:]
     assert answers["total"] >= CLIENTS * SECONDS / 4 and answers["stale"] > 0, answers
