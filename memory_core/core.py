@@ -161,11 +161,8 @@ class MemoryCore:
     def notice_swap(self) -> None:
         """Cheap (one stat): reopen the writer now when another process swapped the file."""
         writer = self._writer
-        if writer is not None and writer.conn is not None:
-            from memory_core.store.reader import file_ident
-
-            if file_ident(self.db_path) != writer._inode:  # noqa: SLF001 - the writer's own identity
-                writer.check_swapped()
+        if writer is not None and writer.replaced():
+            writer.check_swapped()
 
     def _close_writer(self) -> None:
         if self._writer is not None:

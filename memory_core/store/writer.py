@@ -30,6 +30,7 @@ from memory_core.store.access import ensure_writable_dir, index_errors
 FTS_ONLY_MODEL = "fts-only"
 LAST_SYNC_KEY = "memory_index_last_sync_v1"
 _IN_BATCH = 500
+OPEN_ATTEMPTS = 20  # opens raced by another process's file swap before giving up (IndexBusy)
 
 
 def _now_ms() -> int:
@@ -100,14 +101,18 @@ class IndexWriter:
         """Open (or create) the file; :class:`StateDirNotWritable` when its folder cannot be written,
         :class:`IndexCorrupt` when the file is not a readable database."""
         ensure_writable_dir(self.db_path)
-        for _attempt in range(10):
+        for attempt in range(OPEN_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.05, 0.002 * 2 ** attempt))  # let the other process finish its rename
             ident = self._file_identity()
             try:
                 conn = self._connect()
             except apsw.ReadOnlyError:
-                if self._file_identity() == ident:
+                # the file was swapped while opening it (SQLITE_READONLY_DBMOVED; an inode number
+                # can come back, so the identity alone cannot tell): open the file there now
+                if attempt == OPEN_ATTEMPTS - 1:
                     raise
-                continue  # swapped while opening: open the new file
+                continue
             after = self._file_identity()
             if after == ident or ident is None:  # unchanged, or this open created the file
                 break
@@ -165,6 +170,10 @@ class IndexWriter:
                 self.on_reopen()
         assert self.conn is not None
         return self.conn
+
+    def replaced(self) -> bool:
+        """Another process renamed a new file over the one this writer has open (one stat)."""
+        return self.conn is not None and self._file_identity() != self._inode
 
     @_serialized
     def check_swapped(self) -> bool:
