@@ -31,7 +31,9 @@ def progress_log(args: argparse.Namespace) -> Callable[[str], None]:
 def emit(args: argparse.Namespace, results: Any, table: Callable[[], str] | None) -> None:
     """Print ``table()`` (when there is one) and write ``results`` where ``--json`` says."""
     path = getattr(args, "json", None)
-    text = json.dumps(results, indent=2)
+    from memory_core.output import camel_keys  # one JSON key style for every --json
+
+    text = json.dumps(camel_keys(results), indent=2)
     if path == "-":
         print(text)
         return

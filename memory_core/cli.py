@@ -30,6 +30,7 @@ from memory_core.errors import (
     StateDirNotWritable,
     WorkspaceError,
 )
+from memory_core.output import escape_control
 
 # Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
 COMMAND_MODULES = (
@@ -37,6 +38,8 @@ COMMAND_MODULES = (
     "memory_core.gateway.cli",  # serve, mcp (H6)
     "memory_core.forget_cli",  # forget, watch (H8)
     "memory_core.bench",  # bench and the benchmarks registered with it
+    "memory_core.files_cli",  # files
+    "memory_core.manifest",  # plugin manifest
 )
 
 # exit 2: the command line or the configuration must change (including a state dir that cannot
@@ -77,7 +80,10 @@ def open_core(args: argparse.Namespace, **kwargs: Any) -> Any:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Every ``--json`` output: camelCase keys (memory_core.output.camel_keys), sorted."""
+    from memory_core.output import camel_keys
+
+    sys.stdout.write(json.dumps(camel_keys(data), indent=2, sort_keys=True, default=str) + "\n")
 
 
 class ProgressBar:
@@ -130,15 +136,27 @@ def _cmd_index(args: argparse.Namespace) -> int:
             print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
                   "(with its -wal/-shm, if any) and rebuilt from scratch")
         mode = "full rebuild" if summary.full else "incremental"
-        print(f"Indexed {core.workspace} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
+        print(f"Indexed {escape_control(core.workspace)} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
         print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
               f" removed {summary.removed}, unchanged {summary.unchanged}"
               + (f", forgotten {summary.forgotten}" if summary.forgotten else ""))
         for p in summary.problems[:20]:
-            print(f"  skipped {p['path']}: {p['message']}", file=sys.stderr)
+            print(f"  skipped {escape_control(p['path'])}: {escape_control(p['message'])}", file=sys.stderr)
         if len(summary.problems) > 20:
             print(f"  ... and {len(summary.problems) - 20} more problems (see --json)", file=sys.stderr)
     return EXIT_FAILURE if summary.failed else 0
+
+
+def _status_json(st: dict[str, Any]) -> dict[str, Any]:
+    """The status for ``--json``: the scheduler's ``lastSync*`` fields of a process that has not
+    synced itself (a one-shot CLI) come from the last sync the index records, not null beside it."""
+    fresh, last = st.get("freshness"), st.get("last_sync")
+    if isinstance(fresh, dict) and fresh.get("lastSyncAt") is None and last and last.get("time"):
+        fresh = {**fresh, "lastSyncAt": last["time"] / 1000, "lastSyncReason": last.get("reason")}
+        if last.get("error") and fresh.get("lastSyncError") is None:
+            fresh.update(lastSyncError=last["error"], lastSyncErrorAt=last["time"] / 1000)
+        st = {**st, "freshness": fresh}
+    return st
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -148,14 +166,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
     finally:
         core.close()
     if args.json:
-        print_json(st)
+        print_json(_status_json(st))
         return 0
     vec = st["vector"]
     fts = st["fts"]
     lines = [
         f"Agent: {st['agent']}",
-        f"Workspace: {st['workspace']}",
-        f"Database: {st['db_path']}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}"
+        f"Workspace: {escape_control(st['workspace'])}",
+        f"Database: {escape_control(st['db_path'])}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}"
         + (f" (state dir not writable: {st['state_dir_problem']}; it can be searched, not updated)"
            if st.get("state_dir_problem") else ""),
         f"Sources: {', '.join(st['sources'])}",
@@ -180,10 +198,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Last sync: {when} ({last.get('reason')}){' error: ' + last['error'] if last.get('error') else ''}")
         if last.get("problems"):
             lines.append(f"Problems: {len(last['problems'])} file(s) skipped, e.g. "
-                         f"{last['problems'][0]['path']}: {last['problems'][0]['message']}")
+                         f"{escape_control(last['problems'][0]['path'])}: "
+                         f"{escape_control(last['problems'][0]['message'])}")
     if args.deep:
         pc = st.get("provider_check") or {}
-        lines.append("Embeddings: " + ("available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
+        if pc.get("mode") == "fts-only":
+            lines.append(f"Embeddings: none ({pc.get('reason')})")
+        else:
+            lines.append("Embeddings: " + (
+                "available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
         if "integrity" in st:
             lines.append(f"Integrity: {st['integrity']}" + (
                 "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))

@@ -51,6 +51,14 @@ SPECIAL_ENV: dict[str, tuple[str, ...]] = {
     "MEMORY_CORE_GATEWAY_PASSWORD": ("gateway", "password"),
     "MEMORY_CORE_API_KEY": ("remote", "apiKey"),
 }
+# MEMORY_CORE_* variables that are not configuration keys but knobs of tests, benchmarks and the
+# search internals: never mistaken for a misspelt setting.
+KNOWN_KNOBS = frozenset({
+    "MEMORY_CORE_CONFIG", "MEMORY_CORE_NO_SKIPS", "MEMORY_CORE_HYPOTHESIS", "MEMORY_CORE_NODE_PREFIX",
+    "MEMORY_CORE_GENSIM_WHEEL_DIR", "MEMORY_CORE_BENCH_CACHE", "MEMORY_CORE_SLOW_SECONDS",
+    "MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", "MEMORY_CORE_FAISS_THREADS", "MEMORY_CORE_READ_MMAP_BYTES",
+    "MEMORY_CORE_FP16_MIN_ROWS", "MEMORY_CORE_CANDIDATE_INDEX", "MEMORY_CORE_CHURN_SECONDS",
+})
 # Keys whose values are free-form mappings: their own keys are data, not config keys.
 _DATA_KEYS = {"headers"}
 
@@ -256,6 +264,44 @@ class Pool(_Model):
         return (os.cpu_count() or 1) if self.workers is None else self.workers
 
 
+_BYTE_UNITS = {"b": 1, "kb": 1024, "k": 1024, "mb": 1024**2, "m": 1024**2, "gb": 1024**3, "g": 1024**3,
+               "tb": 1024**4, "t": 1024**4}
+
+
+def parse_byte_size(value: int | str) -> int:
+    """Upstream ``parseNonNegativeByteSize``: an integer, or a number with a binary unit (512kb, 2mb)."""
+    if isinstance(value, int):
+        return value
+    import re
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-z]+)?", value.strip().lower())
+    if not m or (m.group(2) or "b") not in _BYTE_UNITS:
+        raise ValueError("must be a byte size like 512kb, 10mb, 1gb or 500")
+    return math.floor(float(m.group(1)) * _BYTE_UNITS[m.group(2) or "b"] + 0.5)  # JS Math.round
+
+
+class MemoryFlush(_Model):
+    """``agents.defaults.compaction.memoryFlush``: the pre-compaction flush turn (flush_plan.py)."""
+
+    enabled: bool = True
+    soft_threshold_tokens: int | None = Field(None, ge=0)
+    force_flush_transcript_bytes: int | str | None = None
+    model: str | None = None
+
+    @field_validator("force_flush_transcript_bytes", mode="after")
+    @classmethod
+    def _byte_size(cls, v: int | str | None) -> int | None:
+        if v is None:
+            return None
+        if isinstance(v, int) and v < 0:
+            raise ValueError("must be >= 0")
+        return parse_byte_size(v)
+
+
+class Compaction(_Model):
+    memory_flush: MemoryFlush = Field(default_factory=MemoryFlush)
+
+
 class Gateway(_Model):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_GATEWAY_PORT, ge=0, le=65535)
@@ -293,6 +339,11 @@ class MemoryCoreConfig(_Model):
     query_input_type: str | None = None
     document_input_type: str | None = None
     remember_across_conversations: bool | None = None
+    # upstream ``memory.citations``: whether memory_search appends "Source: path#L.." (tools.citations.ts)
+    citations: Literal["auto", "on", "off"] = "auto"
+    # upstream ``agents.defaults.userTimezone`` (IANA name; None = the host's zone): the flush plan's day
+    user_timezone: str | None = None
+    compaction: Compaction = Field(default_factory=Compaction)
     chunking: Chunking = Field(default_factory=Chunking)
     sync: Sync = Field(default_factory=Sync)
     query: Query = Field(default_factory=Query)
@@ -311,6 +362,19 @@ class MemoryCoreConfig(_Model):
     @classmethod
     def _expand_user(cls, v: str | None) -> str | None:
         return os.path.expanduser(v) if v else v
+
+    @field_validator("user_timezone", mode="after")
+    @classmethod
+    def _known_zone(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(v.strip())
+        except (ValueError, KeyError, OSError):
+            raise ValueError("is not a known time zone; use an IANA name such as Europe/Berlin or UTC") from None
+        return v.strip()
 
     @field_validator("provider", "fallback", mode="after")
     @classmethod
@@ -510,9 +574,17 @@ def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
         defaults = agents.get("defaults") or {}
         if isinstance(defaults.get("memorySearch"), Mapping):
             base = _deep_merge(base, defaults["memorySearch"])
+        if "userTimezone" in defaults:  # the agent settings the flush plan reads
+            base["userTimezone"] = defaults["userTimezone"]
+        flush = (defaults.get("compaction") or {}).get("memoryFlush")
+        if isinstance(flush, Mapping):  # the flush keys memory-core reads (upstream has more compaction keys)
+            known = {f.alias or n for n, f in MemoryFlush.model_fields.items()}
+            base["compaction"] = {"memoryFlush": {k: v for k, v in flush.items() if k in known}}
         for entry in agents.get("list") or []:
             if isinstance(entry, Mapping) and entry.get("id") and isinstance(entry.get("memorySearch"), Mapping):
                 overrides[str(entry["id"])] = dict(entry["memorySearch"])
+    if isinstance(mem, Mapping) and "citations" in mem:  # upstream memory.citations, in either shape
+        base["citations"] = mem["citations"]
     if overrides:
         base["agents"] = _deep_merge(base.get("agents") or {}, overrides)
     return base
@@ -580,6 +652,7 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
                         f"environment variable {name}: unknown configuration section {path[0]!r}; "
                         f"known: {', '.join(sorted(top_fields))} (MEMORY_CORE_<SECTION>__<KEY>, e.g. "
                         "MEMORY_CORE_QUERY__MAX_RESULTS)")
+                _refuse_misspelt_env(name, top_fields)
                 continue  # other components' MEMORY_CORE_* variables (e.g. test or bench knobs)
         node = layer
         for part in path[:-1]:
@@ -590,6 +663,37 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
         node[path[-1]] = _env_value(env[name])
         origins[".".join(path)] = f"environment variable {name}"
     return layer, origins
+
+
+def _env_name(key: str) -> str:
+    """The top-level variable for a config key: ``extraPaths`` -> ``MEMORY_CORE_EXTRA_PATHS``."""
+    return ENV_PREFIX + "".join("_" + c if c.isupper() else c.upper() for c in key)
+
+
+def _refuse_misspelt_env(name: str, top_fields: set[str]) -> None:
+    """Raise :class:`ConfigError` for a variable that is no setting and no known knob but reads like
+    a misspelt setting (``PROVIDR`` for ``PROVIDER``): silently ignored, the setting would not apply."""
+    if name in KNOWN_KNOBS:
+        return
+    import difflib
+
+    rest = name[len(ENV_PREFIX):]
+    suggestion = None
+    for field in MemoryCoreConfig.model_fields.values():  # POOL_WORKERS for POOL__WORKERS
+        section = field.annotation
+        prefix = _env_name(field.alias or "")[len(ENV_PREFIX):] + "_"
+        if isinstance(section, type) and issubclass(section, BaseModel) and rest.startswith(prefix):
+            keys = {f.alias or n for n, f in section.model_fields.items()}
+            if _camel(rest[len(prefix):].lower()) in keys:
+                suggestion = f"{ENV_PREFIX}{prefix}_{rest[len(prefix):]}"
+    if suggestion is None:
+        suffixes = {n[len(ENV_PREFIX):]: n for n in set(SPECIAL_ENV) | {_env_name(k) for k in top_fields}}
+        close = difflib.get_close_matches(rest, sorted(suffixes), n=1, cutoff=0.75)
+        suggestion = suffixes[close[0]] if close else None
+    if suggestion:
+        raise ConfigError(
+            f"environment variable {name} is not a memory-core setting; did you mean {suggestion}? "
+            "(rename or unset it)")
 
 
 def _origin_for(path: str, origins: Mapping[str, str]) -> str:

@@ -101,6 +101,7 @@ class MemoryCore:
         self._readable_ident: tuple[int, int] | None = None  # the file check_readable last opened
         self._freshness: Any = None
         self._engine: Any = None
+        self._fallback_engine: Any = None
         self._retriever: Any = _UNSET
         self._cursor_pins: Any = None
         from memory_core.store.reader import CachedReader
@@ -170,8 +171,9 @@ class MemoryCore:
             self._writer = None
 
     def close(self) -> None:
-        if self._engine is not None:  # the search reader connection
-            self._engine.close()
+        for engine in (self._engine, self._fallback_engine):  # the search reader connections
+            if engine is not None:
+                engine.close()
         fresh = self._freshness
         if fresh is not None:  # stop the watcher and wait for a running sync before closing the writer
             fresh.close()
@@ -419,8 +421,9 @@ class MemoryCore:
         """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch."""
         with self._lock:
             self._close_writer()
-        if self._engine is not None:
-            self._engine.close()  # its cached reader must not keep the old file open
+        for engine in (self._engine, self._fallback_engine):
+            if engine is not None:
+                engine.close()  # its cached reader must not keep the old file open
         self._meta_reader.close()
         with reindex_lock(self.db_path):
             return set_aside(self.db_path)
@@ -542,6 +545,18 @@ class MemoryCore:
                                             identity_check=self._identity_mismatch, retriever=self.retriever)
             return self._engine
 
+    @property
+    def fallback_engine(self) -> Any:
+        """A keyword-only, in-process engine of this index for a deadline's fallback answer: it never
+        waits on :attr:`search_engine`, which the late search may hold."""
+        with self._lock:
+            if self._fallback_engine is None:
+                from memory_core.search.engine import SearchEngine
+
+                self._fallback_engine = SearchEngine(self.config, self.db_path, None,
+                                                     identity_check=self._identity_mismatch)
+            return self._fallback_engine
+
     def _identity_mismatch(self) -> list[str] | None:
         ident = self.identity_state()
         return ident["mismatch"] if ident["state"] == "mismatch" else None
@@ -596,6 +611,14 @@ class MemoryCore:
         self._check_open()
         with index_errors(self.db_path):
             return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
+
+    def files(self, *, sources: Sequence[str] | None = None) -> list[Any]:
+        """The indexed files (``memory-core files``): a list of ``IndexedFile``, by source then path."""
+        from memory_core.store.listing import list_indexed_files
+
+        self._check_open()
+        with index_errors(self.db_path):
+            return list_indexed_files(self.db_path, list(sources) if sources else None)
 
     # ------------------------------------------------------------------ status
     def _dirty_for_status(self) -> bool:
@@ -724,8 +747,9 @@ class MemoryCore:
             provider = self.provider
         except MemoryCoreError as exc:
             return {"available": False, "error": exc.message}
-        if provider is None:
-            return {"available": True, "mode": "fts-only"}
+        if provider is None:  # nothing to check, and nothing to call available: search is keyword-only
+            reason = f"no embedding provider (provider = {self.config.provider!r}); search is keyword-only"
+            return {"available": False, "mode": "fts-only", "reason": reason}
         info = {"available": True, "mode": "semantic", "id": str(provider.id), "model": str(provider.model),
                 "dims": getattr(provider, "dims", None)}
         try:

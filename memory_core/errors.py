@@ -173,6 +173,12 @@ class Aborted(MemoryCoreError):
     code = "aborted"
 
 
+class MemoryManagerReloading(MemoryCoreError):
+    """A plugin reload retires this agent's engine; retry after the plugin operation completes."""
+
+    code = "reloading"
+
+
 def reason_of(exc: BaseException) -> str:
     """A non-empty one-line reason for ``exc`` (what a failed sync records): its message, or its
     class name when the message is empty; an interrupt says so."""

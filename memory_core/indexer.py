@@ -20,7 +20,7 @@ import numpy as np
 from host_facades.engine_indexing import PreparedChunk, prepare_chunks
 from host_facades.engine_knn import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
-from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches
+from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches, valid_name
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
 
 ProgressFn = Callable[[int, int, str], None]
@@ -181,6 +181,8 @@ def run_sync(
     failures of an incremental sync are recorded as problems and the rest continues.
     """
     t0 = time.perf_counter()
+    if paths is not None:  # a watcher may report a name that is not UTF-8: the scan skips such files
+        paths = [p for p in paths if valid_name(p)]
     model = str(provider.model) if provider is not None else FTS_ONLY_MODEL
     summary = IndexSummary(full=full, reason=reason, model=model,
                            provider=str(provider.id) if provider is not None else "none")

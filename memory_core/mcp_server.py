@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import signal
 import threading
-import time
-from dataclasses import asdict, is_dataclass
 from typing import Any, cast
 
 import anyio
@@ -29,196 +26,20 @@ from mcp.shared.message import SessionMessage
 
 from memory_core import __version__
 from memory_core.errors import MemoryCoreError
-
-CORPORA = ("memory", "wiki", "all", "sessions")
-GET_CORPORA = ("memory", "wiki", "all")
-
-SEARCH_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "What to look for in the agent's memory."},
-        "maxResults": {"type": "integer", "minimum": 1, "description": "Most results to return."},
-        "minScore": {"type": "number", "description": "Drop results scoring below this (0..1)."},
-        "corpus": {"type": "string", "enum": list(CORPORA), "description": "memory, sessions, wiki or all."},
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
-GET_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string", "description": "Workspace-relative path: MEMORY.md or memory/**/*.md."},
-        "from": {"type": "integer", "minimum": 1, "description": "1-based first line."},
-        "lines": {"type": "integer", "minimum": 1, "description": "Number of lines to read."},
-        "corpus": {"type": "string", "enum": list(GET_CORPORA)},
-    },
-    "required": ["path"],
-    "additionalProperties": False,
-}
+from memory_core.tools import (
+    GET_DESCRIPTION,
+    GET_SCHEMA,
+    SEARCH_DESCRIPTION,
+    SEARCH_SCHEMA,
+    MemoryTools,
+    ToolArgumentError,
+    unavailable_result,
+)
 
 TOOLS = [
-    types.Tool(
-        name="memory_search",
-        description="Search the agent's memory files (MEMORY.md, memory/**/*.md) and, when configured, "
-        "session transcripts. Returns ranked snippets with path#line citations.",
-        input_schema=SEARCH_SCHEMA,
-    ),
-    types.Tool(
-        name="memory_get",
-        description="Read lines of a memory file found by memory_search (default 120 lines).",
-        input_schema=GET_SCHEMA,
-    ),
+    types.Tool(name="memory_search", description=SEARCH_DESCRIPTION, input_schema=SEARCH_SCHEMA),
+    types.Tool(name="memory_get", description=GET_DESCRIPTION, input_schema=GET_SCHEMA),
 ]
-
-
-class ToolArgumentError(ValueError):
-    """A tool argument has the wrong type or value; the message says which and what is allowed."""
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _positive_int(args: dict[str, Any], key: str) -> int | None:
-    value = args.get(key)
-    if value is None:
-        return None
-    if not _is_number(value) or not float(value).is_integer() or value < 1:
-        raise ToolArgumentError(f"{key} must be a positive integer, got {json.dumps(value)}")
-    return int(value)
-
-
-def _camel_read(result: Any) -> dict[str, Any]:
-    """A ReadResult (dataclass, model or dict) in the tool's camelCase form, None fields omitted."""
-    if hasattr(result, "to_dict"):
-        data = result.to_dict()
-    elif hasattr(result, "model_dump"):
-        data = result.model_dump(by_alias=True, exclude_none=True)
-    elif is_dataclass(result):
-        data = asdict(result)
-    else:
-        data = dict(result)
-    names = {"from_": "from", "next_from": "nextFrom"}
-    return {names.get(k, k): v for k, v in data.items() if v is not None}
-
-
-class MemoryTools:
-    """The two tools over one agent's engine (opened lazily; blocking work runs in a thread)."""
-
-    def __init__(self, config: Any) -> None:
-        self.config = config
-        self._core: Any = None
-
-    def core(self) -> Any:
-        if self._core is None:
-            from memory_core.core import MemoryCore
-
-            self._core = MemoryCore(self.config.workspace, agent_id=self.config.agent_id, config=self.config)
-            self._core.serve_freshness()  # watcher, interval and startup catch-up while serving
-        return self._core
-
-    def close(self) -> None:
-        if self._core is not None:
-            self._core.close()
-            self._core = None
-
-    # ------------------------------------------------------------------ memory_search
-
-    def _sources(self, corpus: str | None) -> list[str] | None:
-        configured = list(self.config.sources)
-        if corpus in (None, "all"):
-            return configured
-        if corpus == "memory":
-            return ["memory"]
-        if corpus == "sessions":
-            if "sessions" not in configured:
-                raise ToolArgumentError(
-                    'corpus "sessions" needs session transcripts as a search source: add "sessions" to '
-                    "`sources` in the config (and index), or use corpus memory"
-                )
-            return ["sessions"]
-        return []  # wiki: no corpus supplement is registered in memory-core
-
-    def search(self, args: dict[str, Any]) -> dict[str, Any]:
-        started = time.perf_counter()
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ToolArgumentError("query must be a non-empty string")
-        max_results = _positive_int(args, "maxResults")
-        min_score = args.get("minScore")
-        if min_score is not None and not _is_number(min_score):
-            raise ToolArgumentError(f"minScore must be a finite number, got {json.dumps(min_score)}")
-        corpus = args.get("corpus")
-        if corpus is not None and corpus not in CORPORA:
-            raise ToolArgumentError(f"corpus must be one of {', '.join(CORPORA)}, got {json.dumps(corpus)}")
-        sources = self._sources(corpus)
-        core = self.core()
-        manager_ms = (time.perf_counter() - started) * 1000
-        t0 = time.perf_counter()
-        hits: list[Any] = []
-        if sources:
-            kwargs = {"max_results": max_results, "min_score": min_score, "sources": sources}
-            hits = list(core.search(query.strip(), **kwargs))
-            if not hits:
-                core.sync(reason="search")  # upstream: one forced sync, then search again
-                hits = list(core.search(query.strip(), **kwargs))
-        search_ms = (time.perf_counter() - t0) * 1000
-        results = [self._result(hit) for hit in hits]
-        mode = "hybrid" if self.config.vectors_enabled else "fts-only"
-        tool_ms = (time.perf_counter() - started) * 1000
-        out = {
-            "results": results,
-            "provider": self.config.provider,
-            "model": self.config.model,
-            "fallback": self.config.fallback,
-            "citations": "auto",
-            "mode": mode,
-            "debug": {
-                "backend": "builtin",
-                "configuredMode": mode,
-                "effectiveMode": mode,
-                "fallback": self.config.fallback,
-                "toolMs": round(tool_ms),
-                "managerMs": round(manager_ms),
-                "searchMs": round(search_ms),
-                "outsideSearchMs": round(tool_ms - search_ms),
-                "hits": len(results),
-            },
-        }
-        return {k: v for k, v in out.items() if v is not None}
-
-    @staticmethod
-    def _result(hit: Any) -> dict[str, Any]:
-        data = hit.to_dict() if hasattr(hit, "to_dict") else dict(hit)
-        for key in ("id", "sourceMtime"):
-            data.pop(key, None)
-        start, end = data["startLine"], data["endLine"]
-        citation = data.get("citation") or (
-            f"{data['path']}#L{start}" if start == end else f"{data['path']}#L{start}-L{end}"
-        )
-        data["snippet"] = f"{data['snippet'].strip()}\n\nSource: {citation}"
-        data["citation"] = citation
-        data["corpus"] = data.get("source", "memory")
-        return data
-
-    # ------------------------------------------------------------------ memory_get
-
-    def get(self, args: dict[str, Any]) -> dict[str, Any]:
-        path = args.get("path")
-        if not isinstance(path, str) or not path.strip():
-            raise ToolArgumentError("path required: pass a workspace-relative path such as MEMORY.md")
-        from_ = _positive_int(args, "from")
-        lines = _positive_int(args, "lines")
-        corpus = args.get("corpus")
-        if corpus is not None and corpus not in GET_CORPORA:
-            raise ToolArgumentError(f"corpus must be one of {', '.join(GET_CORPORA)}, got {json.dumps(corpus)}")
-        if corpus == "wiki":
-            return {"status": "not_found", "text": "", "path": path}
-        try:
-            result = self.core().get(path, from_=from_, lines=lines)
-        except MemoryCoreError as exc:
-            return {"path": path, "text": "", "disabled": True, "error": exc.message}
-        return _camel_read(result)
 
 
 def _tool_result(details: dict[str, Any], *, error: bool = False) -> types.CallToolResult:
@@ -249,10 +70,10 @@ def build_server(tools: MemoryTools) -> Server[Any]:
         except ToolArgumentError as exc:
             return _tool_result({"error": str(exc)}, error=True)
         except MemoryCoreError as exc:
-            return _tool_result(_unavailable(exc.message), error=True)
+            return _tool_result(unavailable_result(exc.message), error=True)
         except Exception as exc:  # noqa: BLE001 - a failed call must not end the session
-            return _tool_result(_unavailable(str(exc) or type(exc).__name__), error=True)
-        return _tool_result(details)
+            return _tool_result(unavailable_result(str(exc) or type(exc).__name__), error=True)
+        return _tool_result(details, error=details.get("unavailable") is True)
 
     return Server(
         "memory-core",
@@ -261,21 +82,6 @@ def build_server(tools: MemoryTools) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-
-
-def _unavailable(error: str) -> dict[str, Any]:
-    """``buildMemorySearchUnavailableResult``."""
-    warning = "Memory search is unavailable right now."
-    action = "Check `memory-core status --deep`; run `memory-core index` if the index is missing."
-    return {
-        "results": [],
-        "disabled": True,
-        "unavailable": True,
-        "error": error,
-        "warning": warning,
-        "action": action,
-        "debug": {"warning": warning, "action": action, "error": error},
-    }
 
 
 def _jsonrpc_error(line: str) -> types.JSONRPCError | None:

@@ -13,6 +13,16 @@ and ``from``/``lines``/``nextFrom`` count JSONL lines, the numbering session hit
 Bounds: 120 lines by default and 12,000 characters; whole lines are dropped from the end until
 the text fits, a single over-long line is hard-truncated, and a truncated result carries
 ``truncated``, ``next_from`` and the continuation notice suffix.
+
+Lines: a final newline ends the last line, it does not start an empty one (a 9-line file written
+line by line has 9 lines, so reading line 9 gives no "Use from=10" hint). A ``from`` past the last
+line (for a transcript: past the JSONL line of its last message) gives an explicit empty result
+(``lines`` 0, the upstream shape) with a ``note`` naming where the file ends.
+
+Reads are bounded: a memory file over :data:`memory_core.sources.MAX_FILE_BYTES` (the limit
+indexing applies) is refused, the file is read only up to the end of the requested window (one
+byte more to tell whether more follows), and of each line only what the character budget can
+show is kept. An OS error (permissions, I/O) is a :class:`SourceReadError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from host_facades.lexical import truncate_snippet  # the same cut in UTF-16 units, no split pair
-from memory_core.errors import InvalidRequest, ReferenceNotFound
+from memory_core.errors import InvalidRequest, ReferenceNotFound, SourceReadError
 
 DEFAULT_MEMORY_READ_LINES = 120
 DEFAULT_MEMORY_READ_MAX_CHARS = 12_000
@@ -40,6 +50,7 @@ class ReadResult:
     truncated: bool = False
     next_from: int | None = None
     status: str = "ok"     # "ok" | "not_found"
+    note: str | None = None  # why an ok result is empty: ``from`` is past the last line
 
     def to_dict(self) -> dict[str, Any]:
         if self.status == "not_found":
@@ -49,6 +60,8 @@ class ReadResult:
             out["truncated"] = True
         if self.next_from is not None:
             out["nextFrom"] = self.next_from
+        if self.note is not None:
+            out["note"] = self.note
         return out
 
 
@@ -67,15 +80,37 @@ def _notice(next_from: int | None, suggest_read: bool) -> str:
     return f"\n\n{base[:-1]}{fallback}]"
 
 
+def _file_lines(content: str) -> list[str]:
+    """The lines of ``content``: split on ``\\n``, a final newline ending the last line."""
+    if not content:
+        return []
+    return content[:-1].split("\n") if content.endswith("\n") else content.split("\n")
+
+
+def _past_end_note(rel_path: str, start: int, total: int) -> str:
+    return (f"from={start} is past the end of {rel_path}, which has {total} line{'' if total == 1 else 's'}; "
+            f"nothing to read (use from={max(total, 1)} or less)")
+
+
 def build_read_result(content: str, rel_path: str, *, from_: int | None = None, lines: int | None = None,
                       max_chars: int | None = None, suggest_read_fallback: bool = True) -> ReadResult:
-    """Slice ``content`` like upstream ``buildMemoryReadResult``."""
-    file_lines = content.split("\n")
+    """Slice ``content`` like upstream ``buildMemoryReadResult`` (lines as :func:`_file_lines`)."""
+    file_lines = _file_lines(content)
     start = _positive_int(from_, 1, "from")
     count = _positive_int(lines, DEFAULT_MEMORY_READ_LINES, "lines")
     budget = _positive_int(max_chars, DEFAULT_MEMORY_READ_MAX_CHARS, "max_chars")
     selected = file_lines[start - 1 : start - 1 + count]
     more_source = start - 1 + len(selected) < len(file_lines)
+    note = _past_end_note(rel_path, start, len(file_lines)) if start > max(len(file_lines), 1) else None
+    return build_slice_result(selected, rel_path, start=start, more_source=more_source, max_chars=budget,
+                              suggest_read_fallback=suggest_read_fallback, note=note)
+
+
+def build_slice_result(selected: Sequence[str], rel_path: str, *, start: int, more_source: bool, max_chars: int,
+                       suggest_read_fallback: bool = True, note: str | None = None) -> ReadResult:
+    """Fit already-selected lines (from line ``start``) to ``max_chars`` like upstream
+    ``buildMemoryReadResultFromSlice``; ``more_source``: the file has lines after ``selected``."""
+    budget = max_chars
     included = len(selected)
     text = "\n".join(selected)
     while included > 1 and len(text) > budget:
@@ -89,7 +124,8 @@ def build_read_result(content: str, rel_path: str, *, from_: int | None = None, 
     truncated = char_cut or more_source
     if truncated and (text or hard):
         text += _notice(next_from, hard and suggest_read_fallback)
-    return ReadResult(text=text, path=rel_path, from_=start, lines=included, truncated=truncated, next_from=next_from)
+    return ReadResult(text=text, path=rel_path, from_=start, lines=included, truncated=truncated,
+                      next_from=next_from, note=note)
 
 
 def build_session_read_result(content: str, line_map: Sequence[int], rel_path: str, *, from_: int | None = None,
@@ -136,8 +172,13 @@ def build_session_read_result(content: str, line_map: Sequence[int], rel_path: s
     if truncated and (text or hard):
         # never suggest reading the raw transcript: it holds what indexing filters out
         text += _notice(next_from, False)
+    last = line_map[-1] if line_map else 0
+    note = None
+    if start > max(last, 1):
+        note = (f"from={start} is past the last message of {rel_path} (JSONL line {last}); nothing to read"
+                f" (use from={max(last, 1)} or less)")
     return ReadResult(text=text, path=rel_path, from_=start, lines=covered, truncated=truncated,
-                      next_from=next_from)
+                      next_from=next_from, note=note)
 
 
 def _inside(root: str, path: str) -> bool:
@@ -174,18 +215,77 @@ def _extra_entries(workspace: str, extra_paths: Sequence[Any]) -> list[tuple[str
     return out
 
 
-def _read_text(abs_path: str) -> str | None:
+_PIECE = 1 << 16  # bytes read at a time, so no line is ever read whole just to be skipped
+
+
+def _next_line(fh: Any, keep: int) -> tuple[bytes, bool] | None:
+    """The next line of ``fh`` (None at the end of the file) cut to its first ``keep`` bytes, and
+    whether a newline ended it; the rest of the line is read in pieces and dropped."""
+    kept: list[bytes] = []
+    size = 0
+    seen = False
+    while True:
+        piece = fh.readline(_PIECE)
+        if not piece:
+            return (b"".join(kept), False) if seen else None
+        seen = True
+        if size < keep:
+            kept.append(piece[: keep - size])
+            size += len(kept[-1])
+        if piece.endswith(b"\n"):
+            data = b"".join(kept)
+            return (data[:-1] if data.endswith(b"\n") else data), True
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def _read_window(abs_path: str, shown: str, start: int, count: int, budget: int,
+                 ) -> tuple[list[str], bool, int] | None:
+    """Lines ``start .. start+count-1`` of a memory file (fewer once they exceed ``budget``
+    characters), whether more lines follow, and the number of lines read; None when the file is
+    missing or not a regular file. Raises :class:`SourceReadError` for an OS error or a file over
+    the indexing size limit."""
+    from memory_core.sources import MAX_FILE_BYTES
+
     try:
-        st = os.lstat(abs_path)
-    except FileNotFoundError:
+        # non-blocking open: a FIFO named like a memory file must not hang the read (fstat refuses it)
+        fh = open(abs_path, "rb", opener=_open_nonblocking)  # noqa: SIM115 - closed below, after fstat
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    try:
-        with open(abs_path, "rb") as fh:
-            return fh.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return None
+    except OSError as exc:
+        fix = "; fix its permissions" if isinstance(exc, PermissionError) else ""
+        raise SourceReadError(f"cannot read {shown!r} ({exc.strerror or exc}){fix}",
+                              code="unreadable") from exc
+    # a line longer than this many UTF-8 bytes holds more than ``budget`` characters: it is cut anyway
+    keep = 4 * budget + 4
+    with fh:
+        try:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            if st.st_size > MAX_FILE_BYTES:
+                raise SourceReadError(
+                    f"{shown!r} is {st.st_size} bytes, over the {MAX_FILE_BYTES} byte limit for memory files "
+                    "(index skips it too); split it into smaller files", code="too_large")
+            selected: list[str] = []
+            chars = -1
+            line_no = 0
+            while len(selected) < count and chars <= budget:
+                got = _next_line(fh, keep if line_no + 1 >= start else 0)
+                if got is None:
+                    return selected, False, line_no
+                line_no += 1
+                data, ended = got
+                if line_no >= start:
+                    selected.append(data.decode("utf-8", errors="replace"))
+                    chars += len(selected[-1]) + 1
+                if not ended:
+                    return selected, False, line_no
+            return selected, bool(fh.read(1)), line_no
+        except OSError as exc:
+            raise SourceReadError(f"cannot read {shown!r} ({exc.strerror or exc})", code="unreadable") from exc
 
 
 def read_memory_file(
@@ -258,8 +358,12 @@ def read_memory_file(
     if not _no_symlinks(root, abs_path):
         raise not_allowed
     shown = rel if in_workspace else abs_path
-    content = _read_text(abs_path)
-    if content is None:
+    start = _positive_int(from_, 1, "from")
+    budget = _positive_int(max_chars, DEFAULT_MEMORY_READ_MAX_CHARS, "max_chars")
+    window = _read_window(abs_path, shown, start, _positive_int(lines, DEFAULT_MEMORY_READ_LINES, "lines"), budget)
+    if window is None:
         return ReadResult(text="", path=shown, status="not_found")
-    return build_read_result(content, shown, from_=from_, lines=lines, max_chars=max_chars,
-                             suggest_read_fallback=in_workspace)
+    selected, more_source, seen = window
+    note = _past_end_note(shown, start, seen) if start > max(seen, 1) else None
+    return build_slice_result(selected, shown, start=start, more_source=more_source, max_chars=budget,
+                              suggest_read_fallback=in_workspace, note=note)

@@ -12,8 +12,9 @@ path) is stored like upstream's ``path.relative``: ``../notes/a.md``; when no re
 (another drive on Windows) the absolute path with forward slashes is used.
 
 Bad input never loses other files: a file that cannot be read, is not UTF-8, contains NUL bytes
-(binary) or exceeds :data:`MAX_FILE_BYTES` is skipped and reported as a :class:`SourceProblem`;
-malformed JSONL lines are skipped and counted. ``ScanResult.ok`` is False only when an
+(binary) or exceeds :data:`MAX_FILE_BYTES` is skipped and reported as a :class:`SourceProblem`, and
+so is a file or folder whose *name* is not valid UTF-8 (it could not be stored or cited; the problem
+shows the bad bytes as ``\\xNN``); malformed JSONL lines are skipped and counted. ``ScanResult.ok`` is False only when an
 enumeration itself failed (a folder could not be listed), so callers must not prune then.
 """
 
@@ -51,6 +52,8 @@ __all__ = [
     "skipped_problem",
     "is_memory_path",
     "relative_source_path",
+    "valid_name",
+    "shown_name",
 ]
 
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
@@ -67,6 +70,32 @@ def stat_matches(indexed: tuple[float | None, int | None], current: tuple[float,
     if mtime is not None and abs(float(mtime) - current[0]) > 1.0:
         return False
     return size is not None or mtime is not None
+
+
+def valid_name(path: str) -> bool:
+    """Whether ``path`` is valid UTF-8 text: the OS hands a name whose bytes are not UTF-8 to
+    Python as lone surrogates (``surrogateescape``), which SQLite and JSON cannot store."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_name(path: str) -> str:
+    """``path`` as valid text: bytes that are not UTF-8 become ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _invalid_name_problem(rel: str, source: str, kind: str = "file") -> SourceProblem:
+    shown = shown_name(rel)
+    return SourceProblem(
+        shown,
+        "invalid_name",
+        f'the {kind} name "{shown}" is not valid UTF-8, so it cannot be stored or cited; rename it to a '
+        f"UTF-8 name; the {kind} is skipped",
+        source,
+    )
 
 
 def _stat_pair(st: os.stat_result) -> tuple[float, int]:
@@ -111,7 +140,7 @@ class SourceProblem:
     """
 
     path: str
-    code: str  # unreadable | invalid_utf8 | binary | too_large | malformed_jsonl | enumeration_failed
+    code: str  # unreadable | invalid_utf8 | invalid_name | binary | too_large | malformed_jsonl | enumeration_failed
     message: str
     source: str = "memory"
     stat: tuple[float, int] | None = None
@@ -125,11 +154,13 @@ class ScanResult:
 
 
 class _Listing:
-    """Collects files in order plus enumeration failures (folders that could not be listed)."""
+    """Collects files in order plus enumeration failures (folders that could not be listed) and the
+    files or folders skipped for a name that is not UTF-8 (a problem, not a failed listing)."""
 
     def __init__(self) -> None:
         self.files: list[str] = []
         self.errors: list[SourceProblem] = []
+        self.bad_names: list[tuple[str, str]] = []  # (path, "file" | "folder")
 
     def walk(self, folder: str, pattern: re.Pattern[str] | None = None, base: str | None = None) -> None:
         try:
@@ -154,11 +185,17 @@ class _Listing:
                 if entry.is_dir(follow_symlinks=False):
                     if entry.name in IGNORED_DIRS:
                         continue
+                    if not valid_name(entry.name):
+                        self.bad_names.append((entry.path, "folder"))
+                        continue
                     self.walk(entry.path, pattern, base)
                     continue
                 if not entry.is_file(follow_symlinks=False) or not entry.name.endswith(".md"):
                     continue
             except OSError:
+                continue
+            if not valid_name(entry.name):
+                self.bad_names.append((entry.path, "file"))
                 continue
             if pattern is not None and base is not None:
                 rel = os.path.relpath(entry.path, base).replace(os.sep, "/")
@@ -299,13 +336,20 @@ def list_memory_files(workspace: str, extra_paths: Sequence[str | dict] = ()) ->
 
 
 def list_session_files(sessions_dir: str) -> list[str]:
-    """Transcripts in ``sessions_dir``: ``*.jsonl`` plus ``.jsonl.reset.<iso>``/``.jsonl.deleted.<iso>``."""
+    """Transcripts in ``sessions_dir``: ``*.jsonl`` plus ``.jsonl.reset.<iso>``/``.jsonl.deleted.<iso>``
+    (not those whose name is not UTF-8: see :func:`_session_listing`)."""
+    return _session_listing(sessions_dir)[0]
+
+
+def _session_listing(sessions_dir: str) -> tuple[list[str], list[SourceProblem]]:
+    """The transcripts of ``sessions_dir`` and the problems of those skipped for their name."""
     try:
         with os.scandir(sessions_dir) as it:
             items = sorted(it, key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
-        return []
-    out = []
+        return [], []
+    out: list[str] = []
+    bad: list[SourceProblem] = []
     for entry in items:
         try:
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
@@ -313,8 +357,11 @@ def list_session_files(sessions_dir: str) -> list[str]:
         except OSError:
             continue
         if is_usage_counted_transcript_name(entry.name):
-            out.append(entry.path)
-    return out
+            if valid_name(entry.name):
+                out.append(entry.path)
+            else:
+                bad.append(_invalid_name_problem(f"sessions/{entry.name}", "sessions"))
+    return out, bad
 
 
 def relative_source_path(workspace: str, abs_path: str) -> str:
@@ -467,6 +514,8 @@ def scan_sources(
         if listing.errors:
             result.ok = False
             result.problems.extend(listing.errors)
+        result.problems.extend(_invalid_name_problem(relative_source_path(workspace, path), "memory", kind)
+                               for path, kind in listing.bad_names)
         for path in listing.files:
             try:
                 entry = build_file_entry(workspace, path)
@@ -488,7 +537,8 @@ def scan_sources(
             )
         else:
             try:
-                files = list_session_files(sessions_dir)
+                files, bad_names = _session_listing(sessions_dir)
+                result.problems.extend(bad_names)
             except OSError as exc:
                 result.ok = False
                 result.problems.append(

@@ -52,5 +52,5 @@ def test_gateway_results_time_real_searches(tmp_path):
     assert r.returncode == 0, r.stderr
     g = json.loads(out.read_text())
     assert g["chunks"] > 0 and g["concurrent"]["searches"] > 0
-    for key in ("in_process", "gateway_v1", "gateway_v2", "round_trip"):
-        assert g[key]["n"] == 20 and g[key]["p50_ms"] > 0, (key, g[key])
+    for key in ("inProcess", "gatewayV1", "gatewayV2", "roundTrip"):
+        assert g[key]["n"] == 20 and g[key]["p50Ms"] > 0, (key, g[key])

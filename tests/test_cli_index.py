@@ -49,13 +49,13 @@ def test_index_and_status_json_on_example_workspace(tmp_path, example_ws):
     r = run(["status", "--workspace", str(example_ws), "--config", cfg, "--json"], home)
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert st["db_path"] == str(home / "example.sqlite")  # the example is its own agent
-    assert (st["agent"], st["files"], st["chunks"], st["chunks_by_source"]) == (
+    assert st["dbPath"] == str(home / "example.sqlite")  # the example is its own agent
+    assert (st["agent"], st["files"], st["chunks"], st["chunksBySource"]) == (
         "example", 19, 39, {"memory": 37, "sessions": 2})
     assert (st["provider"], st["model"], st["dims"], st["dirty"]) == ("none", "fts-only", None, False)
     assert st["fts"] == {"available": True, "tokenizer": "unicode61", "error": None}
     assert st["vector"]["enabled"] is False and st["identity"] == {"state": "ok", "mismatch": []}
-    assert st["last_sync"]["error"] is None and st["last_sync"]["reason"] == "cli"
+    assert st["lastSync"]["error"] is None and st["lastSync"]["reason"] == "cli"
 
     r = run(["status", "--workspace", str(example_ws), "--config", cfg, "--deep"], home)
     assert r.returncode == 0, r.stderr
@@ -116,9 +116,9 @@ def test_bench_index_small_run_writes_json(tmp_path):
     assert stdout_json.returncode == 0, stdout_json.stderr
     assert json.loads(stdout_json.stdout)["workspace"]["files"] == 61
     assert result["workspace"]["files"] == 61
-    kw = result["results"]["keyword_only"]
-    assert kw["files"] == 61 and kw["chunks"] > 0 and kw["mb_per_s"] > 0
-    assert result["results"]["disk_read"]["files"] == 61
+    kw = result["results"]["keywordOnly"]
+    assert kw["files"] == 61 and kw["chunks"] > 0 and kw["mbPerS"] > 0
+    assert result["results"]["diskRead"]["files"] == 61
 
 
 def test_a_skipped_binary_md_does_not_make_every_search_warn(tmp_path, example_ws):
@@ -145,8 +145,8 @@ def test_index_counts_a_forgotten_session_as_forgotten_not_added(tmp_path, examp
         r = run(["index", *args], home)
         assert "  files 18, chunks 38; added 0, changed 0, removed 0, unchanged 18, forgotten 1\n" in r.stdout
     s = json.loads(run(["index", *args, "--json"], home).stdout)
-    assert {k: s[k] for k in ("added", "unchanged", "forgotten", "skipped", "chunks_written")} == {
-        "added": 0, "unchanged": 18, "forgotten": 1, "skipped": 0, "chunks_written": 0}
+    assert {k: s[k] for k in ("added", "unchanged", "forgotten", "skipped", "chunksWritten")} == {
+        "added": 0, "unchanged": 18, "forgotten": 1, "skipped": 0, "chunksWritten": 0}
 
 
 def test_forget_of_an_unknown_session_fails_and_writes_no_tombstone(tmp_path, example_ws):

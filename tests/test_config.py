@@ -83,6 +83,10 @@ EXPECTED_DEFAULTS = {
     },
     "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token"},
     "agents": {},
+    "citations": "auto",
+    "userTimezone": None,
+    "compaction": {"memoryFlush": {"enabled": True, "softThresholdTokens": None, "forceFlushTranscriptBytes": None,
+                                   "model": None}},
 }
 
 
@@ -387,3 +391,37 @@ def test_config_path_from_env(tmp_path):
     path.write_text("[query]\nmaxResults = 11\n")
     assert load_config(env={"MEMORY_CORE_CONFIG": str(path)}).query.max_results == 11
     assert "does not exist" in _err(env={"MEMORY_CORE_CONFIG": str(tmp_path / "gone.toml")})
+
+
+@pytest.mark.parametrize("name, suggestion", [
+    ("MEMORY_CORE_PROVIDR", "MEMORY_CORE_PROVIDER"), ("MEMORY_CORE_HOMR", "MEMORY_CORE_HOME"),
+    ("MEMORY_CORE_EXTRA_PATH", "MEMORY_CORE_EXTRA_PATHS"), ("MEMORY_CORE_POOL_WORKERS", "MEMORY_CORE_POOL__WORKERS"),
+    ("MEMORY_CORE_QUERY_MAX_RESULTS", "MEMORY_CORE_QUERY__MAX_RESULTS"),
+])
+def test_a_misspelt_top_level_env_variable_is_refused_with_a_suggestion(name, suggestion):
+    with pytest.raises(ConfigError) as exc:
+        load_config(env={name: "local"})
+    assert exc.value.message == (f"environment variable {name} is not a memory-core setting; did you mean "
+                                 f"{suggestion}? (rename or unset it)")
+
+
+def test_env_knobs_that_are_no_settings_stay_allowed():
+    """Every MEMORY_CORE_* name the code, CI scripts and README use is a setting or a known knob."""
+    import re
+    from pathlib import Path
+
+    from memory_core.config import KNOWN_KNOBS, MemoryCoreConfig, SPECIAL_ENV, _env_name
+
+    root = Path(__file__).resolve().parent.parent
+    files = [p for d in ("memory_core", "workers", "host_facades", "benchmarks", "tests", ".ci")
+             for p in (root / d).rglob("*") if p.is_file() and p.suffix in ("", ".py", ".sh", ".md", ".toml")
+             and p.name != "test_config.py"] + [root / "README.md"]
+    used = {m for p in files for m in re.findall(r"MEMORY_CORE_[A-Z0-9_]*[A-Z0-9]", p.read_text(errors="replace"))}
+    settings = set(SPECIAL_ENV) | {_env_name(f.alias or n) for n, f in MemoryCoreConfig.model_fields.items()}
+    misspelt_examples = {"MEMORY_CORE_PROVIDR", "MEMORY_CORE_POOL_WORKERS"}  # the README's refused examples
+    knobs = sorted(n for n in used if "__" not in n and n not in settings | misspelt_examples)
+    assert set(knobs) <= KNOWN_KNOBS | {"MEMORY_CORE_SOMETHING_ELSE"}, set(knobs) - KNOWN_KNOBS
+    assert {"MEMORY_CORE_CONFIG", "MEMORY_CORE_NO_SKIPS", "MEMORY_CORE_HYPOTHESIS"} <= set(knobs)
+    for name in [*knobs, "MEMORY_CORE_PROGRESS", "MEMORY_CORE_CACHE_DIR"]:
+        if name != "MEMORY_CORE_CONFIG":  # names a file load_config would read
+            load_config(env={name: "1"})

@@ -8,6 +8,7 @@ provider (provider-runtime.md §4.2, gateway-protocol.md §6-7).
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -203,3 +204,48 @@ def test_node_role_cannot_read_memory(config):
     finally:
         service.close()
     assert (err.code, err.message) == ("FORBIDDEN", "unauthorized role: node")
+
+
+def test_doctor_memory_status_is_the_native_owners_health(config):
+    main, ops, bad, unknown = call_all(config, [("doctor.memory.status", {}),
+                                                ("doctor.memory.status", {"agentId": "OPS"}),
+                                                ("doctor.memory.status", {"agentId": 7}),
+                                                ("doctor.memory.status", {"agentId": "nope"})])
+    embedding = {"ok": False, "checked": False,
+                 "error": "memory embedding readiness not checked; run `openclaw memory status --deep` to probe"}
+    details = main["health"].pop("details")
+    assert main == {"agentId": "main", "provider": "memory-core", "health": {"status": "ready"},
+                    "embedding": embedding}
+    assert (details["backend"], details["provider"], details["sources"]) == ("memory-core", "none", ["memory"])
+    assert str(config.workspace) not in json.dumps(details) and config.state_dir not in json.dumps(details)
+    assert (ops["agentId"], ops["health"]["status"]) == ("ops", "ready")
+    assert (bad.code, bad.message) == ("INVALID_REQUEST", "agentId must be a string")
+    assert (unknown.code, unknown.message) == ("INVALID_REQUEST", 'unknown agent id "nope"')
+
+
+def test_doctor_memory_status_reports_a_failing_provider_as_unavailable(config):
+    paused = config.model_copy(update={"chunking": config.chunking.model_copy(update={"tokens": 123})})
+    (status,) = call_all(paused, [("doctor.memory.status", {})])
+    assert status["health"]["status"] == "unavailable"
+    assert status["health"]["message"].startswith("Memory search is paused: the index was built with different")
+
+
+def test_flush_plan_method(config):
+    new_york = config.model_copy(update={"user_timezone": "America/New_York"})
+    plan, bad_now, bad_window = call_all(new_york, [
+        ("memory.flushPlan", {"nowMs": 1764561600000, "contextWindowTokens": 10000}),
+        ("memory.flushPlan", {"agentId": "ops", "nowMs": "soon"}),
+        ("memory.flushPlan", {"contextWindowTokens": 0}),
+    ])
+    assert plan["agentId"] == "main"
+    assert {k: v for k, v in plan["plan"].items() if "rompt" not in k} == {
+        "softThresholdTokens": 3750, "forceFlushTranscriptBytes": 2097152, "reserveTokensFloor": 2500,
+        "relativePath": "memory/2025-11-30.md"}
+    assert plan["plan"]["prompt"].endswith("Current time: Sunday, November 30th, 2025 - 11:00 PM (America/New_York)\n"
+                                           "Reference UTC: 2025-12-01 04:00 UTC")
+    assert (bad_now.code, bad_now.message) == ("INVALID_REQUEST", "nowMs must be a finite number (epoch milliseconds)")
+    assert bad_window.message == "contextWindowTokens must be a positive integer"
+    off = config.model_copy(update={"compaction": config.compaction.model_copy(update={
+        "memory_flush": config.compaction.memory_flush.model_copy(update={"enabled": False})})})
+    (none,) = call_all(off, [("memory.flushPlan", {})])
+    assert none == {"agentId": "main", "plan": None}

@@ -95,6 +95,8 @@ def test_real_openclaw_cli_against_memory_core_serve(client, server_url, tmp_pat
         "wrong_token": ("memory.search", {"query": "coffee"}, "not-the-token"),
         "unknown": ("memory.nonexistent", {}, TOKEN),
         "status": ("memory.status", {"version": 2}, TOKEN),
+        "doctor": ("doctor.memory.status", {}, TOKEN),
+        "flush": ("memory.flushPlan", {"nowMs": 1764561600000}, TOKEN),
     }
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {name: pool.submit(openclaw_call, client, tmp_path, server_url, m, prm, token=tok)
@@ -133,6 +135,20 @@ def test_real_openclaw_cli_against_memory_core_serve(client, server_url, tmp_pat
     assert code == 0
     assert (status["version"], status["agentId"], status["providerId"], status["status"]) == (
         2, "main", "memory-core", "ready")
+
+    code, doctor, _ = out["doctor"]
+    assert code == 0, out["doctor"]
+    details = doctor["health"].pop("details")
+    assert doctor == {"agentId": "main", "provider": "memory-core", "health": {"status": "ready"}, "embedding": {
+        "ok": False, "checked": False,
+        "error": "memory embedding readiness not checked; run `openclaw memory status --deep` to probe"}}
+    assert (details["backend"], details["provider"], details["sources"]) == ("memory-core", "none", ["memory"])
+    assert "/" not in json.dumps(details)  # no host paths
+
+    code, flush, _ = out["flush"]
+    assert code == 0, out["flush"]
+    assert flush["agentId"] == "main" and flush["plan"]["reserveTokensFloor"] == 20000
+    assert flush["plan"]["prompt"].endswith("Reference UTC: 2025-12-01 04:00 UTC")
 
     code, got, _ = openclaw_call(client, tmp_path, server_url, "memory.get",
                                  {"reference": hits[0]["reference"], "from": 4, "lines": 1})

@@ -123,7 +123,7 @@ def test_ctrl_c_during_index_ends_cleanly_and_records_the_interrupt(tmp_path):
     r = cli("status", "--json")
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert (st["files"], st["last_sync"]["error"]) == (1, "full reindex failed: interrupted (KeyboardInterrupt)")
+    assert (st["files"], st["lastSync"]["error"]) == (1, "full reindex failed: interrupted (KeyboardInterrupt)")
     r = cli("search", "marker", "--json")
     assert [h["path"] for h in json.loads(r.stdout)["results"]] == ["memory/old.md"]
     assert [p.name for p in home.iterdir() if ".tmp-" in p.name] == []

@@ -906,12 +906,6 @@ def test_checklist_31_refresh_reindexes(tmp_path: Path) -> None:
     assert run(go()) == ([], ["zucchini harvest notes"])
 
 
-def test_checklist_32_declares_minimum_host_version() -> None:
-    assert rt.PLUGIN_MANIFEST == {"id": "memory-core", "kind": "memory", "providerRuntime": True,
-                                  "minHostVersion": rt.MIN_HOST_VERSION}
-    assert re.fullmatch(r"\d{4}\.\d+\.\d+", rt.MIN_HOST_VERSION)
-
-
 def test_provider_conversation_audience_denied_for_get(indexed: MemoryCoreConfig) -> None:
     conv = AUDIENCES.mint_conversation("main", "agent:main:group:g1", ANCHOR_ID)
     authority = SessionAuthority(session_key="agent:main:group:g1", sandboxed=False, audience=conv.audience)

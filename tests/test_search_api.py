@@ -119,8 +119,8 @@ def test_cli_usage_errors_are_one_line(argv, ws, state_home, capsys):
 def test_cli_get(ws, state_home, capsys):
     args = ["--workspace", str(ws)]
     assert main(["get", "MEMORY.md", "--from", "3", "--lines", "1", *args]) == 0
-    assert capsys.readouterr().out == (  # the file ends in "\n", so an empty line 4 remains
-        "The deploy key lives in the vault.\n\n[More content available. Use from=4 to continue.]\n")
+    assert capsys.readouterr().out == (  # line 3 is the last one: the final newline ends it
+        "The deploy key lives in the vault.\n")
     assert main(["get", "MEMORY.md", "--json", "--lines", "1", *args]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "from": 1, "lines": 1, "nextFrom": 2, "path": "MEMORY.md", "text":

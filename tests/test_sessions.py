@@ -122,3 +122,15 @@ def test_flatten_never_raises_and_maps_every_line(lines):
     for line in out:
         assert line.startswith(("User: ", "Assistant: "))
         line.encode("utf-8")
+
+
+def test_the_readme_transcript_example_flattens_as_documented():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"### Session transcripts.*?```json\n(.*?)```", readme, re.S).group(1)
+    flat = flatten_session_lines(example.splitlines(keepends=True))
+    assert (flat.content, flat.line_map, flat.timestamps, flat.skipped_lines) == (
+        "User: What did we decide about the release train?\nAssistant: Freeze on Thursday.", (2, 3),
+        (1793520001000, 1793520005000), 0)

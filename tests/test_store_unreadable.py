@@ -102,7 +102,7 @@ def test_index_force_moves_the_corrupt_file_aside_and_rebuilds(tmp_path, workspa
     assert r.returncode == 0, r.stderr
     assert [h["path"] for h in json.loads(r.stdout)["results"]] == ["memory/a.md"]
     r = cli(["index", "--workspace", str(workspace), "--json"], home)  # the next run is a plain incremental one
-    assert (r.returncode, json.loads(r.stdout)["moved_aside"], json.loads(r.stdout)["unchanged"]) == (0, None, 41)
+    assert (r.returncode, json.loads(r.stdout)["movedAside"], json.loads(r.stdout)["unchanged"]) == (0, None, 41)
 
 
 def test_api_raises_index_corrupt_and_index_force_repairs(tmp_path, workspace):
@@ -195,7 +195,7 @@ def test_read_only_state_dir_searches_and_reports_but_refuses_to_index(tmp_path,
     r = cli(["status", "--json", *ws], home, prefix)
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert (st["files"], st["chunks"], st["state_dir_problem"]) == (41, 81, "permission denied")
+    assert (st["files"], st["chunks"], st["stateDirProblem"]) == (41, 81, "permission denied")
     for args in (["index"], ["index", "--force"], ["watch", "--seconds", "60"]):
         t0 = time.monotonic()
         r = cli([*args, *ws], home, prefix)

@@ -1,4 +1,5 @@
-"""The gateway memory methods: ``memory.search`` (v1 and v2), ``memory.get`` and ``memory.status``.
+"""The gateway memory methods: ``memory.search`` (v1 and v2), ``memory.get``, ``memory.status``,
+``memory.flushPlan`` and ``doctor.memory.status``.
 
 v1 (no ``version`` or ``version: 1``) answers in the released OpenClaw 2026.9.6 shape
 ``{agentId, provider, searchMode, results, stale?, warning?, action?}`` from the agent's engine
@@ -12,8 +13,10 @@ close the lease. Blocking engine work runs in threads so the event loop keeps se
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +46,8 @@ PROVIDER_ID = "memory-core"
 REQUEST_NOT_CURRENT = "Memory request authority is no longer active"
 REQUIRES_OPERATOR = "Memory provider reads require an authenticated operator connection"
 PROVIDER_UNAVAILABLE = "Memory provider unavailable"
+SKIPPED_EMBEDDING_PROBE = {"ok": False, "checked": False,
+                           "error": "memory embedding readiness not checked; run `openclaw memory status --deep` to probe"}
 
 
 def error_message(exc: BaseException) -> str:
@@ -171,6 +176,8 @@ class MemoryMethods:
             "memory.search": self.search,
             "memory.get": self.neutral,
             "memory.status": self.neutral,
+            "memory.flushPlan": self.flush_plan,
+            "doctor.memory.status": self.doctor_status,
         }
 
     async def call(self, method: str, params: Any, scope: RequestScope) -> dict[str, Any]:
@@ -256,6 +263,26 @@ class MemoryMethods:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
         operation = parse_operation(method, params)
         agent_id = self.service.agents.resolve_v2(params)
+        try:
+            async with self._operator_lease(agent_id, scope, "cli") as (provider, provider_id):
+                if operation.kind == "search":
+                    result = await provider.search(operation.request)
+                elif operation.kind == "get":
+                    result = await provider.get(operation.request)
+                else:
+                    result = await provider.health()
+                scope.assert_current()
+                return {"version": 2, "agentId": agent_id, "providerId": provider_id, **to_json(result)}
+        except GatewayError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure, denials included, is UNAVAILABLE
+            raise unavailable(error_message(exc)) from exc
+
+    @contextlib.asynccontextmanager
+    async def _operator_lease(self, agent_id: str, scope: RequestScope,
+                              purpose: str) -> AsyncIterator[tuple[Any, str | None]]:
+        """The slot owner's provider for ``agent_id``, opened with the connection's operator authority
+        (``(provider, provider_id)``); on exit the request's authority ends and the lease is closed."""
         provider = None
         try:
             scope.assert_current()
@@ -269,23 +296,12 @@ class MemoryMethods:
             )
             await asyncio.to_thread(self.service.preopen, agent_id)
             acquired = await self.service.host.open(
-                MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose="cli", cfg=self.service.config)
+                MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose, cfg=self.service.config)
             )
             provider = acquired.provider
             if provider is None:
                 raise RuntimeError(acquired.error or PROVIDER_UNAVAILABLE)
-            if operation.kind == "search":
-                result = await provider.search(operation.request)
-            elif operation.kind == "get":
-                result = await provider.get(operation.request)
-            else:
-                result = await provider.health()
-            scope.assert_current()
-            return {"version": 2, "agentId": agent_id, "providerId": acquired.provider_id, **to_json(result)}
-        except GatewayError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every failure, denials included, is UNAVAILABLE
-            raise unavailable(error_message(exc)) from exc
+            yield provider, acquired.provider_id
         finally:
             scope.open = False
             if provider is not None:
@@ -294,3 +310,45 @@ class MemoryMethods:
                 except Exception:  # noqa: BLE001 - the response is already decided
                     pass
 
+    def _doctor_agent(self, params: dict[str, Any]) -> str:
+        """``resolveDoctorMemoryAgent``: the requested agent (a string naming a configured one) or the default."""
+        raw = params.get("agentId")
+        if raw is None:
+            return self.service.agents.default
+        if not isinstance(raw, str):
+            raise invalid_request("agentId must be a string")
+        agent = self.service.agents.by_key.get(self.service.agents.normalize(raw))
+        if agent is None:
+            raise invalid_request(f'unknown agent id "{self.service.agents.normalize(raw)}"')
+        return agent
+
+    async def doctor_status(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
+        """``doctor.memory.status`` for a native owner (provider-runtime.md §4.3): the provider's health
+        read with operator authority and purpose "status"; any failure is ``health.status: unavailable``."""
+        agent_id = self._doctor_agent(params)
+        provider_id = self.service.provider_id
+        try:
+            async with self._operator_lease(agent_id, scope, "status") as (provider, opened_id):
+                provider_id = opened_id or provider_id
+                health = to_json(await provider.health())
+                scope.assert_current()
+        except Exception as exc:  # noqa: BLE001 - the doctor reports every failure as health
+            health = {"status": "unavailable", "message": error_message(exc)}
+        return {"agentId": agent_id, "provider": provider_id, "health": health,
+                "embedding": dict(SKIPPED_EMBEDDING_PROBE)}
+
+    async def flush_plan(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
+        """``memory.flushPlan``: the agent's pre-compaction flush plan, ``plan: null`` when disabled."""
+        from memory_core.flush_plan import build_memory_flush_plan
+
+        agent_id = self.service.agents.resolve_v2(params)
+        now_ms = params.get("nowMs")
+        if now_ms is not None and (isinstance(now_ms, bool) or not isinstance(now_ms, int | float)
+                                   or not math.isfinite(now_ms)):
+            raise invalid_request("nowMs must be a finite number (epoch milliseconds)")
+        window = params.get("contextWindowTokens")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise invalid_request("contextWindowTokens must be a positive integer")
+        cfg = self.service.runtime.agent_config(agent_id)
+        plan = build_memory_flush_plan(cfg, now_ms, context_window_tokens=window)
+        return {"agentId": agent_id, "plan": None if plan is None else plan.to_json()}

@@ -38,6 +38,8 @@ METHOD_SCOPES: dict[str, str] = {
     "memory.search": READ_SCOPE,
     "memory.get": READ_SCOPE,
     "memory.status": READ_SCOPE,
+    "memory.flushPlan": READ_SCOPE,
+    "doctor.memory.status": READ_SCOPE,
 }
 SERVED_METHODS: tuple[str, ...] = tuple(sorted(METHOD_SCOPES))
 

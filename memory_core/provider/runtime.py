@@ -40,9 +40,11 @@ from memory_core.errors import (
     Forbidden,
     InvalidRequest,
     MemoryCoreError,
+    MemoryManagerReloading,
     ProviderUnavailable,
 )
 from memory_core.host.enforcement import race_with_signal
+from memory_core.provider.lifecycle import RELOADING, ReloadFence
 from memory_core.provider.types import (
     AutomaticRecall,
     ConversationRecallContext,
@@ -72,12 +74,8 @@ PROVIDER_ID = "memory-core"
 CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagination=True,
                                           candidates=("trigger", "project"), project_filter=True)
 DISABLED = "Memory is disabled for this agent."
-# Agent tools a host may allow for deep recall (served by `memory-core mcp`).
+# Agent tools a host may allow for deep recall (memory_core.capability registers them).
 RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
-# providerRuntime needs a host newer than the released 2026.9.6 gateway (which only knows the
-# legacy runtime): hosts older than this ignore it (checklist 32).
-MIN_HOST_VERSION = "2026.10.0"
-PLUGIN_MANIFEST = {"id": "memory-core", "kind": "memory", "providerRuntime": True, "minHostVersion": MIN_HOST_VERSION}
 MAX_PROVIDER_RESULTS = 50
 RESULT_WINDOW = 200          # at most this many hits are ranked once per search and paged with cursors
 WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
@@ -329,6 +327,8 @@ class MemoryCoreProviderRuntime:
         from memory_core.generations import CursorPins, GenerationLeases
 
         self.pins = CursorPins(GenerationLeases(), ttl_s=float(config.pool.cursor_ttl_s), clock=clock)
+        self.fence = ReloadFence(lambda: {a: str(c.config.provider) for a, c in list(self._cores.items())},
+                                 self.close_agent)
 
     # --- agents ---------------------------------------------------------------------------
 
@@ -350,8 +350,11 @@ class MemoryCoreProviderRuntime:
 
     def _core_locked(self, agent_id: str) -> Any:
         core = self._cores.get(agent_id)
-        if core is None:
+        if core is not None:
+            self.fence.check(str(core.config.provider))
+        else:
             cfg = self.agent_config(agent_id)
+            self.fence.check(str(getattr(cfg, "provider", "none")))
             if self._core_factory is not None:
                 core = self._core_factory(cfg, agent_id)
             else:
@@ -386,12 +389,34 @@ class MemoryCoreProviderRuntime:
         params.context.assert_current()
         try:
             self.core(params.agent_id)
+        except MemoryManagerReloading:
+            return MemoryProviderOpenResult(provider=None, error=RELOADING)
         except MemoryCoreError as exc:
             log.warning("memory-core: cannot open agent %s: %s", params.agent_id, exc)
             return MemoryProviderOpenResult(provider=None, error="memory-core cannot open this agent's workspace; "
                                                                  "check the memory-core configuration and log")
         return MemoryProviderOpenResult(provider=MemoryCoreProvider(self, params.agent_id, params.context,
                                                                     params.purpose))
+
+    # --- lifecycle hooks shared with the legacy runtime (provider-runtime.md §1.1) ------------
+
+    def prepare_reload(self, retire_runtime: bool = False, retiring_embedding_providers: Any = ()) -> Any:
+        """``prepareReload``: fence engines a reload retires; ``await .drain()`` closes them, ``.resume()``."""
+        return self.fence.prepare(retire_runtime, retiring_embedding_providers)
+
+    def close_agent(self, agent_id: str) -> None:
+        """``closeMemorySearchManager``: close one agent's index owner (its engine and reader with it;
+        reopened on next use)."""
+        with self._lock:
+            core = self._cores.pop(agent_id, None)
+        if core is not None:
+            core.close()
+
+    async def close_memory_search_manager(self, *, cfg: Any = None, agent_id: str) -> None:
+        await asyncio.to_thread(self.close_agent, agent_id)
+
+    async def close_all_memory_search_managers(self) -> None:
+        await asyncio.to_thread(self.close_all)
 
     def close_all(self) -> None:
         """``closeAllMemorySearchManagers``: close every engine and core (host shutdown only)."""

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from memory_core.errors import InvalidRequest
+from memory_core.output import escape_control
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -60,7 +61,7 @@ def format_hits(hits: list[Any]) -> str:
         return "No matches.\n"
     out = []
     for h in hits:
-        out.append(f"{h.score:.3f} {h.citation}")
+        out.append(f"{h.score:.3f} {escape_control(h.citation)}")
         parts = []
         if h.vector_score is not None:
             parts.append(f"vector {h.vector_score:.3f}")
@@ -95,7 +96,7 @@ def _format_explain(data: dict[str, Any]) -> str:
         lines.append(
             f"  {r['score']:.3f}  {r['rank_score']:.3f}  {r['content_score']:.3f}  {r['vector_score']:.3f}  "
             f"{r['text_score']:.3f}  {r['ranking_score']:.3f}  {r['path_score']:.3f}  {r['exact']}     "
-            f"{r['decay']:.3f} {r['importance_mult']:.2f}  {r['project_mult']:.2f}  {r['citation']}")
+            f"{r['decay']:.3f} {r['importance_mult']:.2f}  {r['project_mult']:.2f}  {escape_control(r['citation'])}")
     timings = data.get("timings_ms") or {}
     if timings:
         lines.append("timings ms: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
@@ -166,7 +167,10 @@ def _cmd_get(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
         return 0 if result.status == "ok" else 1
     if result.status == "not_found":
-        print(f"error: {args.path} not found", file=sys.stderr)
+        print(f"error: {escape_control(args.path)} not found", file=sys.stderr)
         return 1
-    sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+    if result.note:
+        print(f"note: {escape_control(result.note)}", file=sys.stderr)
+    elif result.text:
+        sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
     return 0
