@@ -29,8 +29,8 @@ import apsw
 
 from memory_core.config import MemoryCoreConfig, identity_mismatch, index_identity, load_config
 from memory_core.errors import (
-    IndexCorrupt,
     ForgetRefused,
+    IndexCorrupt,
     IndexPaused,
     InvalidRequest,
     MemoryCoreError,
@@ -503,9 +503,15 @@ class MemoryCore:
 
     @property
     def last_sync_error(self) -> str | None:
-        """Why the last background sync failed (None: it worked, or nothing runs in the background)."""
+        """Why the last background sync failed, or which files it could not publish (retried); None
+        when it worked or nothing runs in the background."""
         fresh = self._freshness
-        return None if fresh is None else fresh.last_sync_error
+        if fresh is None:
+            return None
+        if fresh.last_sync_error:
+            return fresh.last_sync_error
+        problems = fresh.snapshot()["problems"]
+        return f"{len(problems)} file(s) could not be indexed (retrying)" if problems else None
 
     @property
     def retriever(self) -> Any:

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(180)
 def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, MEMORY_CORE_HOME=str(home), PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "memory_core", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
 def config(tmp_path: Path, ws: Path, **extra) -> MemoryCoreConfig:
@@ -115,11 +115,9 @@ def test_a_running_rebuild_keeps_its_temp_file(tmp_path):
     db = cfg.db_path("main")
     with MemoryCore(str(ws), config=cfg) as core:
         core.index()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time\n"
-         f"fd = os.open({db + '.reindex.lock'!r}, os.O_RDWR | os.O_CREAT)\n"
-         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n"],
-        stdout=subprocess.PIPE, text=True)
+    code = (f"import fcntl, os, time\nfd = os.open({db + '.reindex.lock'!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "locked\n"
         live = f"{db}.tmp-{holder.pid}-live"
@@ -159,6 +157,7 @@ def test_a_failed_publish_stays_dirty_is_reported_and_retried(tmp_path, monkeypa
     try:
         (ws / "memory" / "new.md").write_text("the zeppelin arrives at noon\n")
         assert wait_for(lambda: core.freshness.status()["problemCount"] == 1, 10)
+        assert core.last_sync_error == "1 file(s) could not be indexed (retrying)"  # health: degraded
         stale = core.before_search()
         assert stale["stale"] is True
         assert stale["warning"].startswith("Memory index is stale: memory/new.md could not be indexed: could not "
@@ -233,8 +232,8 @@ def test_a_library_search_reconciles_at_most_once_per_interval(tmp_path):
     with core:
         fresh = core.freshness
         listings = []
-        real = fresh._list_fn  # noqa: SLF001 - counting the walks
-        fresh._list_fn = lambda: (listings.append(1), real())[1]  # noqa: SLF001
+        real = fresh._list_fn  # counting the walks
+        fresh._list_fn = lambda: (listings.append(1), real())[1]
         for _ in range(5):
             assert [h.path for h in core.search("first fact")] == ["MEMORY.md"]
         assert len(listings) == 1  # the first search of the process walked; the next four only read
@@ -278,14 +277,14 @@ def test_v2_search_runs_on_the_owners_pool_and_never_misses_an_edit_silently(tmp
     service = MemoryService(cfg)
 
     async def main():
-        async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server:
-            async with await GatewayClient.open(server.url, token=TOKEN) as client:
-                first = await client.call("memory.search", {"query": "first fact", "version": 2})
-                before = pools_for(cfg)["retrieval"].stats["completed"]
-                (ws / "memory" / "edit.md").write_text("the pangolin\n")
-                edited = await client.call("memory.search", {"query": "pangolin", "version": 2, "minScore": 0})
-                after = pools_for(cfg)["retrieval"].stats["completed"]
-                return first, edited, after - before
+        async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server, \
+                await GatewayClient.open(server.url, token=TOKEN) as client:
+            first = await client.call("memory.search", {"query": "first fact", "version": 2})
+            before = pools_for(cfg)["retrieval"].stats["completed"]
+            (ws / "memory" / "edit.md").write_text("the pangolin\n")
+            edited = await client.call("memory.search", {"query": "pangolin", "version": 2, "minScore": 0})
+            after = pools_for(cfg)["retrieval"].stats["completed"]
+            return first, edited, after - before
 
     try:
         first, edited, ran = asyncio.run(main())
@@ -306,7 +305,8 @@ def test_serve_opens_syncs_and_watches_every_agent_at_start(tmp_path):
 
     def status(agent: str) -> dict:
         out = subprocess.run([sys.executable, "-m", "memory_core", "status", "--json", "--config", str(cfg_path),
-                              "--agent", agent], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+                              "--agent", agent], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                             check=False)
         return json.loads(out.stdout) if out.returncode == 0 else {}
 
     with log.open("w") as err, serve_process(cfg_path, env=env, stderr=err):

@@ -27,7 +27,7 @@ def staleness(*, paused: str | None, sync_error: str | None, problems: dict[str,
             "action": f"Run: {action_command}",
         }
     if problems:
-        first = sorted(problems)[0]
+        first = min(problems)
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         return {
             "stale": True,
@@ -42,3 +42,39 @@ def staleness(*, paused: str | None, sync_error: str | None, problems: dict[str,
             "action": f"Run: {action_command}",
         }
     return None
+
+
+def status(fresh: Any) -> dict[str, Any]:
+    """The ``freshness`` fields of ``memory-core status`` for a :class:`~memory_core.freshness.Freshness`."""
+    snap = fresh.snapshot()
+    settings = fresh.settings
+    return {
+        "dirty": snap["dirty"],
+        "behind": snap["behind"],
+        "fullSyncPending": snap["full"],
+        "pendingPaths": [fresh.display(p) for p in snap["pending"][:100]],
+        "pendingCount": len(snap["pending"]),
+        "syncRunning": snap["running"],
+        "syncQueued": snap["queued"],
+        "lastSyncAt": fresh.last_sync_at,
+        "lastSyncReason": fresh.last_sync_reason,
+        "lastSyncError": fresh.last_sync_error,
+        "lastSyncErrorAt": fresh.last_sync_error_at,
+        "lastFullSyncAt": fresh.last_full_sync_wall,
+        "lastReconcileAt": fresh.last_reconcile_at,
+        "syncCount": fresh.sync_count,
+        "problems": [{"path": fresh.display(p), "code": "publish_failed", "message": m}
+                     for p, m in sorted(snap["problems"].items())[:100]],
+        "problemCount": len(snap["problems"]),
+        "sessionDeltas": {fresh.display(p): v for p, v in fresh.session_deltas().items()},
+        "watcher": fresh.watcher.status() if fresh.watcher is not None else {"state": "disabled"},
+        "settings": {
+            "watch": settings.watch,
+            "watchDebounceMs": settings.watch_debounce_ms,
+            "intervalMinutes": settings.interval_minutes,
+            "reconcileIntervalMs": round(settings.reconcile_interval_s * 1000),
+            "onSearch": settings.on_search,
+            "deltaBytes": settings.delta_bytes,
+            "deltaMessages": settings.delta_messages,
+        },
+    }

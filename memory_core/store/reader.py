@@ -19,7 +19,6 @@ import apsw
 from host_facades.engine_knn import DatabaseUnreadable, open_readonly
 from memory_core.store.access import index_errors
 
-
 OPEN_ATTEMPTS = 5
 _UNVERIFIED = itertools.count(1)
 

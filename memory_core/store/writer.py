@@ -8,8 +8,8 @@ tombstones, index meta, and the embedding cache (it implements ``EmbeddingCacheS
 from __future__ import annotations
 
 import contextlib
-import json
 import functools
+import json
 import os
 import threading
 import time
