@@ -41,6 +41,7 @@ from host_facades import engine_knn
 
 SHARED_MIN_ROWS = int(os.environ.get("MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", str(engine_knn.FP16_MIN_ROWS)))
 FORMAT = 1
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600  # as memory_core.store.perms: other users never read vectors
 _STALE_TMP_S = 600.0
 BUILDS = 0  # shared states this process built and wrote (the other processes mapped them)
 
@@ -100,8 +101,8 @@ def get_or_build(conn: Any, key: engine_knn.DerivedKey, build: Callable[[], engi
     if state is not None:
         return state
     try:
-        os.makedirs(directory, exist_ok=True)
-        lock = open(os.path.join(directory, stem(key) + ".lock"), "a+b")
+        os.makedirs(directory, mode=PRIVATE_DIR, exist_ok=True)
+        lock = open(_private(os.path.join(directory, stem(key) + ".lock")), "a+b")
     except OSError:
         return build()
     with lock:
@@ -236,10 +237,18 @@ def _return_freed_memory() -> None:
         pass
 
 
+def _private(path: str) -> str:
+    """``path``, created empty with mode 0600 first when missing: writers that open it by name keep
+    that mode whatever the umask (the vectors are the index's private data)."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    return path
+
+
 @contextlib.contextmanager
 def _written(path: str) -> Iterator[str]:
     """A temporary name to write ``path`` to; renamed over ``path`` when the block succeeds."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = _private(f"{path}.tmp-{os.getpid()}")
     try:
         yield tmp
         os.replace(tmp, path)

@@ -165,6 +165,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
         st = core.status(deep=args.deep)
     finally:
         core.close()
+    loose = st.get("loose_permissions") or []
+    if loose:
+        shown = ", ".join(f"{escape_control(item['path'])} ({item['mode']})" for item in loose[:3])
+        print(f"warning: other users can read the index: {shown}{' ...' if len(loose) > 3 else ''}; run "
+              "`memory-core index` to make it private (files 0600, state dir 0700)", file=sys.stderr)
     if args.json:
         print_json(_status_json(st))
         return 0

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from memory_core.errors import ConfigError
+from memory_core.validation import DEFAULT_MAX_QUERY_CHARS, DEFAULT_MAX_QUERY_TERMS
 
 DEFAULT_STATE_DIR = "~/.memory-core"
 DEFAULT_GATEWAY_PORT = 18789
@@ -222,6 +223,9 @@ class Hybrid(_Model):
 class Query(_Model):
     max_results: int = Field(6, ge=1)
     min_score: float = 0.35
+    # the query budget, checked on every surface before any work (memory_core.validation)
+    max_chars: int = Field(DEFAULT_MAX_QUERY_CHARS, ge=1)
+    max_terms: int = Field(DEFAULT_MAX_QUERY_TERMS, ge=1)
     hybrid: Hybrid = Field(default_factory=Hybrid)
 
     @field_validator("min_score")
@@ -308,6 +312,8 @@ class Gateway(_Model):
     token: str | None = Field(None, repr=False)
     password: str | None = Field(None, repr=False)
     auth: Literal["token", "password", "none"] = "token"
+    max_connections: int = Field(256, ge=1)  # more are closed at once with 1013 (try again later)
+    idle_timeout_seconds: float = Field(600.0, gt=0)  # an authenticated connection with no request
 
 
 def _default_state_dir() -> str:
@@ -357,6 +363,8 @@ class MemoryCoreConfig(_Model):
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
     # settings that were accepted but have no effect, said once by the CLI (``warning: ...``)
     _notices: list[str] = PrivateAttr(default_factory=list)
+    # warnings about the config file itself (a secret others can read); every agent's view keeps them
+    _file_notices: list[str] = PrivateAttr(default_factory=list)
 
     @field_validator("state_dir", "workspace", "sessions_dir", mode="after")
     @classmethod
@@ -437,8 +445,9 @@ class MemoryCoreConfig(_Model):
 
     @property
     def notices(self) -> list[str]:
-        """Settings that were accepted but have no effect (e.g. "sessions" without the flag)."""
-        return list(self._notices)
+        """Settings that were accepted but have no effect (e.g. "sessions" without the flag), and
+        warnings about the config file (a secret in a file other users can read)."""
+        return list(self._notices) + list(self._file_notices)
 
     @property
     def vectors_enabled(self) -> bool:
@@ -495,7 +504,9 @@ class MemoryCoreConfig(_Model):
         origins = dict(self._origins)
         for p in _leaf_paths(override):
             origins[p] = f"agents.{agent_id} in " + self._origins.get(f"agents.{agent_id}", "the config")
-        return _validate(merged, origins, prefix_note=f"agent {agent_id!r}")
+        cfg = _validate(merged, origins, prefix_note=f"agent {agent_id!r}")
+        cfg._file_notices = list(self._file_notices)
+        return cfg
 
 
 # --------------------------------------------------------------------------- loading
@@ -801,8 +812,10 @@ def load_config(
         path = env["MEMORY_CORE_CONFIG"]
     data: dict[str, Any] = {}
     origins: dict[str, str] = {}
+    notices: list[str] = []
     if path is not None:
         doc = _normalise_keys(_unwrap_upstream(_normalise_keys(_read_file(str(path)))))
+        notices.extend(_exposed_secrets(Path(path).expanduser(), doc))
         data = _deep_merge(data, doc)
         where = f"config file {Path(path).expanduser()}"
         origins.update({p: where for p in _leaf_paths(doc)})
@@ -822,7 +835,24 @@ def load_config(
         cfg.for_agent(aid)  # validate every agent's merged settings now, not at first use
     if cfg.agent_id in cfg.agents:
         cfg = cfg.for_agent(cfg.agent_id)
+    cfg._file_notices = notices
     return cfg
+
+
+_SECRET_KEYS = {"token", "password", "apiKey"}
+
+
+def _exposed_secrets(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    """A notice when the config file holds a secret and other users may read it (group/other bits)."""
+    keys = [p for p in _leaf_paths(doc) if p.rsplit(".", 1)[-1] in _SECRET_KEYS]
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return []
+    if not keys or not mode & 0o044:
+        return []
+    return [f"config file {path} holds {', '.join(keys)} and other users can read it (mode {mode:04o}); "
+            f"run `chmod 600 {path}`"]
 
 
 # --------------------------------------------------------------------------- index identity

@@ -47,9 +47,11 @@ from memory_core.indexer import (
 )
 from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
+from memory_core.store.perms import loose_files, tighten
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
 from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+from memory_core.validation import check_search
 
 _UNSET: Any = object()
 
@@ -260,7 +262,9 @@ class MemoryCore:
         """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity change.
 
         ``force`` also repairs an index file that is not a readable database (:class:`IndexCorrupt`):
-        the file is moved aside (``IndexSummary.moved_aside``) and the index rebuilt from scratch."""
+        the file is moved aside (``IndexSummary.moved_aside``) and the index rebuilt from scratch.
+        Index files (and the state dir) left readable by other users are made private first."""
+        tighten(self.db_path, state_dir_owned=not self.config.store.path)
         return self._run_exclusive(reason="cli", force=force, paths=None, progress=progress, rebuild_on_mismatch=True,
                                    repair=force)
 
@@ -602,6 +606,7 @@ class MemoryCore:
                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> list[Any]:
         """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the SearchEngine."""
         self._check_open()
+        check_search(self.config, query, max_results, min_score)  # before any sync or search work
         with index_errors(self.db_path):
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
                 self.before_search()
@@ -675,6 +680,8 @@ class MemoryCore:
             "last_sync": None,
             "identity": None,
             "state_dir_problem": folder_problem(os.path.dirname(self.db_path)),
+            # index paths other users can read (`index` makes them private)
+            "loose_permissions": loose_files(self.db_path, state_dir_owned=not cfg.store.path),
         }
         if out["db_exists"]:
             out["db_bytes"] = os.path.getsize(self.db_path)

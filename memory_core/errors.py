@@ -6,6 +6,7 @@ network boundaries as data (``{"code", "message"}``) and are rebuilt with :func:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -186,6 +187,19 @@ def reason_of(exc: BaseException) -> str:
         return "interrupted (KeyboardInterrupt)"
     text = exc.message if isinstance(exc, MemoryCoreError) else str(exc)
     return text.strip() or type(exc).__name__
+
+
+# An absolute POSIX path of two or more parts: "/" not inside a word, URL or relative path, up to a
+# space, quote or bracket; "at /a/b" is a JSON pointer in a validation message, not a path.
+_PART = r"[^\s'\"`()\[\]{},;/]+"
+_HOST_PATH = re.compile(rf"(?<![\w.~:/-])(?<!at )/{_PART}(?:/{_PART})+/?")
+
+
+def redact_paths(text: str) -> str:
+    """``text`` without host paths, for messages sent to remote clients (gateway, MCP): every absolute
+    path becomes ``<path>/<its last part>`` (``/home/u/.memory-core/main.sqlite`` ->
+    ``<path>/main.sqlite``). Server logs keep the full message."""
+    return _HOST_PATH.sub(lambda m: "<path>/" + (m.group(0).rstrip("/").rsplit("/", 1)[-1] or ""), text)
 
 
 _BY_NAME: dict[str, type[MemoryCoreError]] = {}

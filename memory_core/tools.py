@@ -15,15 +15,18 @@
 from __future__ import annotations
 
 import json
-import math
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
-from memory_core.errors import MemoryCoreError
+from memory_core.errors import InvalidRequest, MemoryCoreError, redact_paths
 from memory_core.host.legacy import strip_memory_annotation_carriers
+from memory_core.validation import MAX_SAFE_INTEGER, check_query, is_finite_number, shown
+
+log = logging.getLogger("memory_core.tools")
 
 DEFAULT_MEMORY_SEARCH_TIMEOUT_MS = 30_000
 MEMORY_SEARCH_TOOL_COOLDOWN_MS = 60_000
@@ -74,16 +77,15 @@ class ToolContract:
     execute: Callable[..., dict[str, Any]]
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _positive_int(args: dict[str, Any], key: str) -> int | None:
     value = args.get(key)
     if value is None:
         return None
-    if not _is_number(value) or not float(value).is_integer() or value < 1:
-        raise ToolArgumentError(f"{key} must be a positive integer, got {json.dumps(value)}")
+    if not is_finite_number(value) or not float(value).is_integer() or value < 1:
+        raise ToolArgumentError(f"{key} must be a positive integer, got {shown(value)}")
+    if value > MAX_SAFE_INTEGER:
+        raise ToolArgumentError(f"{key} must be a positive integer no larger than {MAX_SAFE_INTEGER}, "
+                                f"got {shown(value)}")
     return int(value)
 
 
@@ -116,8 +118,12 @@ def include_citations(mode: str, session_key: str | None) -> bool:
 
 def unavailable_result(error: str | None, *, agent_id: str | None = None, deadline: bool = False,
                        timeout_ms: int = DEFAULT_MEMORY_SEARCH_TIMEOUT_MS) -> dict[str, Any]:
-    """``buildMemorySearchUnavailableResult``: the result an agent gets when memory search failed."""
+    """``buildMemorySearchUnavailableResult``: the result an agent gets when memory search failed
+    (the error without host paths; the log keeps them)."""
     reason = (error or "memory search unavailable").strip() or "memory search unavailable"
+    if reason != redact_paths(reason):
+        log.warning("memory_search failed: %s", reason)
+        reason = redact_paths(reason)
     low = reason.lower()
     if any(w in low for w in ("insufficient_quota", "quota", "429")):
         warning = "Memory search is unavailable because the embedding provider quota is exhausted."
@@ -238,8 +244,12 @@ class MemoryTools:
             raise ToolArgumentError("query must be a non-empty string")
         max_results = _positive_int(args, "maxResults")
         min_score = args.get("minScore")
-        if min_score is not None and not _is_number(min_score):
-            raise ToolArgumentError(f"minScore must be a finite number, got {json.dumps(min_score)}")
+        if min_score is not None and not is_finite_number(min_score):
+            raise ToolArgumentError(f"minScore must be a finite number, got {shown(min_score)}")
+        try:
+            check_query(self.config, query)  # the query budget, before the engine opens
+        except InvalidRequest as exc:
+            raise ToolArgumentError(exc.message) from None
         corpus = args.get("corpus")
         if corpus is not None and corpus not in CORPORA:
             raise ToolArgumentError(f"corpus must be one of {', '.join(CORPORA)}, got {json.dumps(corpus)}")
@@ -344,5 +354,6 @@ class MemoryTools:
         try:
             result = self.core().get(path, from_=from_, lines=lines)
         except MemoryCoreError as exc:
-            return {"path": path, "text": "", "disabled": True, "error": exc.message}
+            log.warning("memory_get %s failed: %s", path, exc.message)
+            return {"path": path, "text": "", "disabled": True, "error": redact_paths(exc.message)}
         return _camel_read(result)

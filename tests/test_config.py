@@ -55,6 +55,8 @@ EXPECTED_DEFAULTS = {
     "query": {
         "maxResults": 6,
         "minScore": 0.35,
+        "maxChars": 32768,
+        "maxTerms": 8192,
         "hybrid": {
             "enabled": True,
             "vectorWeight": 0.7,
@@ -81,7 +83,8 @@ EXPECTED_DEFAULTS = {
         "idleTimeoutS": 300.0,
         "cursorTtlS": 60.0,
     },
-    "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token"},
+    "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token",
+                "maxConnections": 256, "idleTimeoutSeconds": 600.0},
     "agents": {},
     "citations": "auto",
     "userTimezone": None,

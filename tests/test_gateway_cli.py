@@ -43,7 +43,7 @@ def test_serve_says_which_of_host_and_port_is_wrong(tmp_path):
         proc = serve(cfg, "--auth", "none", "--port", str(port))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: ") and "pick another --port" in proc.stderr
-    proc = serve(cfg, "--token", "t", "--host", "nosuch.invalid")
+    proc = serve(cfg, "--token", "t" * 16, "--host", "nosuch.invalid")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "the host 'nosuch.invalid' does not resolve" in proc.stderr and "--host" in proc.stderr
 

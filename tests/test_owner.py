@@ -405,13 +405,13 @@ def test_an_index_run_does_not_overwrite_a_newer_publish_with_what_it_read_befor
         (ws / "memory" / "n.md").write_text("the middle tapir\n")
 
         def rewritten_and_published() -> None:  # the CLI run has read "middle" already
-            (ws / "memory" / "n.md").write_text("the newest tapir\n")
+            (ws / "memory" / "n.md").write_text("the newest tapir of all\n")
             serving.sync(paths=["memory/n.md"])
 
         _interleave(monkeypatch, rewritten_and_published)
         summary = cli_run.sync()
         assert summary.superseded == 1
-        assert serving.writer.indexed_hashes("memory")["memory/n.md"] == hash_text("the newest tapir\n")
+        assert serving.writer.indexed_hashes("memory")["memory/n.md"] == hash_text("the newest tapir of all\n")
     finally:
         cli_run.close()
         serving.close()

@@ -36,6 +36,8 @@ def load_service_config(args: argparse.Namespace) -> Any:
     agent = getattr(args, "agent", None)
     if agent and agent != cfg.agent_id:
         cfg = cfg.for_agent(agent)
+    for notice in cfg.notices:
+        print(f"warning: {notice}", file=sys.stderr)
     return cfg
 
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memory_core.errors import AuthorityNotCurrent, Forbidden, MemoryCoreError
+from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, redact_paths
 from memory_core.gateway.params import (
     Agents,
     as_record,
@@ -38,6 +38,7 @@ from memory_core.provider.types import (
     OperatorAuthority,
     to_json,
 )
+from memory_core.validation import QueryBudget
 
 if TYPE_CHECKING:
     from memory_core.config import MemoryCoreConfig
@@ -83,6 +84,7 @@ class MemoryService:
         self.provider_id = provider_id
         configured = [config.agent_id] + [a for a in config.agents if a != config.agent_id]
         self.agents = Agents.from_ids(configured)
+        self.budget = QueryBudget.of(config)  # checked before any engine work, for every agent
         self._lock = threading.Lock()
         self.runtime = MemoryCoreProviderRuntime(config, core_factory=self._make_core)
         self.host = MemoryHost(MemoryCapabilityRegistration(plugin_id=provider_id, provider_runtime=self.runtime))
@@ -193,7 +195,7 @@ class MemoryMethods:
 
     async def search_v1(self, params: dict[str, Any]) -> dict[str, Any]:
         """The 2026.9.6 handler: validate, search the agent's engine, answer the file-shaped payload."""
-        request = parse_v1_search(params)
+        request = parse_v1_search(params, self.service.budget)
         agent_id = self.service.agents.resolve_v1(params)
         owner = self.service.host.owner
         if owner is not None and not owner.has_provider_runtime and owner.runtime is not None:
@@ -212,6 +214,8 @@ class MemoryMethods:
 
         try:
             hits, staleness = await asyncio.to_thread(search)
+        except InvalidRequest as exc:  # e.g. an agent whose own query budget is smaller
+            raise invalid_request(exc.message) from exc
         except Exception as exc:  # noqa: BLE001
             raise unavailable(f"memory search failed: {error_message(exc)}") from exc
         cfg = self.service.agent_config(agent_id)
@@ -224,8 +228,8 @@ class MemoryMethods:
         if isinstance(staleness, dict) and staleness.get("stale"):
             payload["stale"] = True
             for key in ("warning", "action"):
-                if staleness.get(key):
-                    payload[key] = staleness[key]
+                if staleness.get(key):  # a last sync error may name a host path
+                    payload[key] = redact_paths(str(staleness[key]))
         return payload
 
     async def search_v1_legacy(self, request: Any, agent_id: str, runtime: Any) -> dict[str, Any]:
@@ -261,7 +265,7 @@ class MemoryMethods:
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
-        operation = parse_operation(method, params)
+        operation = parse_operation(method, params, self.service.budget)
         agent_id = self.service.agents.resolve_v2(params)
         try:
             async with self._operator_lease(agent_id, scope, "cli") as (provider, provider_id):

@@ -11,7 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memory_core.errors import InvalidRequest
 from memory_core.gateway.protocol import invalid_request
+from memory_core.validation import MAX_SAFE_INTEGER, QueryBudget, is_finite_number
 
 DEFAULT_MAX_RESULTS = 20
 MAX_RESULTS = 50
@@ -31,8 +33,9 @@ _MISSING: Any = object()
 
 
 def _is_number(value: Any) -> bool:
-    """JavaScript ``typeof value === "number" && Number.isFinite(value)`` (booleans are not numbers)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """JavaScript ``typeof value === "number" && Number.isFinite(value)`` (booleans are not numbers;
+    an integer too large for a float, like ``10**400``, is ``Infinity`` there)."""
+    return is_finite_number(value)
 
 
 def _is_positive_int(value: Any) -> bool:
@@ -113,11 +116,22 @@ class V1Search:
     min_score: float | None
 
 
-def parse_v1_search(params: dict[str, Any]) -> V1Search:
+def check_budget(budget: QueryBudget | None, query: str) -> None:
+    """The query budget as an ``INVALID_REQUEST`` naming the limit (checked before any engine work)."""
+    if budget is None:
+        return
+    try:
+        budget.check(query)
+    except InvalidRequest as exc:
+        raise invalid_request(exc.message) from None
+
+
+def parse_v1_search(params: dict[str, Any], budget: QueryBudget | None = None) -> V1Search:
     raw_query = params.get("query")
     query = raw_query.strip() if isinstance(raw_query, str) else ""
     if not query:
         raise invalid_request(QUERY_REQUIRED)
+    check_budget(budget, query)
     raw_max = params.get("maxResults", _MISSING)
     if raw_max is not _MISSING and not _is_number(raw_max):
         raise invalid_request(V1_NUMBERS)
@@ -146,6 +160,8 @@ def _number(params: dict[str, Any], key: str, *, integer: bool = False) -> int |
         return None
     if not _is_number(value) or (integer and not _is_positive_int(value)):
         raise invalid_request(f"{key} must be a {'positive integer' if integer else 'finite number'}")
+    if integer and value > MAX_SAFE_INTEGER:
+        raise invalid_request(f"{key} must be a positive integer no larger than {MAX_SAFE_INTEGER}")
     return int(value) if integer else float(value)
 
 
@@ -169,12 +185,13 @@ class Operation:
     request: dict[str, Any]
 
 
-def parse_operation(method: str, params: dict[str, Any]) -> Operation:
+def parse_operation(method: str, params: dict[str, Any], budget: QueryBudget | None = None) -> Operation:
     """``parseOperation`` of memory-provider.ts; raises GatewayError(INVALID_REQUEST)."""
     if method == "memory.search":
         query = (_non_empty_string(params, "query") or "").strip()
         if not query:
             raise invalid_request(QUERY_REQUIRED)
+        check_budget(budget, query)
         max_results = _number(params, "maxResults", integer=True)
         request: dict[str, Any] = {"query": query, "maxResults": min(MAX_RESULTS, int(max_results or DEFAULT_MAX_RESULTS))}
         min_score = _number(params, "minScore")

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_core.errors import redact_paths
+
 PROTOCOL_VERSION = 4
 MINIMUM_PROBE_PROTOCOL = 3
 MAX_PAYLOAD = 26_214_400  # 25 MiB, the client's and the real server's maxPayload
@@ -25,9 +27,11 @@ INVALID_REQUEST = "INVALID_REQUEST"
 FORBIDDEN = "FORBIDDEN"
 UNAVAILABLE = "UNAVAILABLE"
 
+CLOSE_NORMAL = 1000  # the idle timeout
 CLOSE_POLICY = 1008
 CLOSE_PROTOCOL = 1002
 CLOSE_TOO_BIG = 1009
+CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: the connection cap is reached
 
 READ_SCOPE = "operator.read"
 WRITE_SCOPE = "operator.write"
@@ -72,8 +76,8 @@ class GatewayError(Exception):
         self.close_reason = close_reason if close_reason is not None else message
 
     def shape(self) -> dict[str, Any]:
-        """The ``error`` object of a response frame (``errorShape``)."""
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        """The ``error`` object of a response frame (``errorShape``); host paths never leave the server."""
+        out: dict[str, Any] = {"code": self.code, "message": redact_paths(self.message)}
         if self.details is not None:
             out["details"] = self.details
         if self.retryable is not None:

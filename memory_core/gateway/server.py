@@ -13,6 +13,12 @@ server. Behaviour on bad frames follows the real 2026.9.6 gateway:
 - after connect: a frame that is not a valid request gets ``INVALID_REQUEST "invalid request frame:
   ..."`` (with the frame's id, or ``"invalid"``) and the connection stays open; a frame over the
   25 MiB ``maxPayload`` closes 1009.
+
+Limits of its own: past ``gateway.maxConnections`` open connections a new one is closed at once
+with 1013 (try again later); an authenticated connection that sends no request for
+``gateway.idleTimeoutSeconds`` is closed with 1000; wrong secrets are throttled per address
+(:mod:`memory_core.gateway.throttle`: a growing delay before each answer, then a lockout whose
+connections are closed with 1008).
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import math
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -32,14 +40,19 @@ from memory_core import __version__
 from memory_core.errors import ConfigError
 from memory_core.gateway import protocol as p
 from memory_core.gateway.handlers import MemoryMethods, MemoryService, RequestScope, error_message
+from memory_core.gateway.throttle import AUTH_RATE_LIMITED, AuthThrottle
 
 log = logging.getLogger("memory_core.gateway")
 
 SERVER_VERSION = f"memory-core-{__version__}"
 HANDSHAKE_TIMEOUT_S = 10.0
 MAX_IN_FLIGHT = 64
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+THROTTLED_DETAILS = ("AUTH_TOKEN_MISMATCH", "AUTH_PASSWORD_MISMATCH")  # wrong guesses, not a missing secret
 TOKEN_ENV = "MEMORY_CORE_GATEWAY_TOKEN"
 PASSWORD_ENV = "MEMORY_CORE_GATEWAY_PASSWORD"
+MIN_SECRET_CHARS = 16
 
 
 def is_loopback(host: str) -> bool:
@@ -51,6 +64,27 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _warn_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_secret(
+    kind: str, secret: str, *, host: str, from_argv: bool, warn: Callable[[str], None] = _warn_stderr
+) -> None:
+    """Refuse a secret under :data:`MIN_SECRET_CHARS` characters on a non-loopback bind (warn on
+    loopback), and warn when it was given on the command line, where other local users can read it."""
+    flag, env_name = ("--password", PASSWORD_ENV) if kind == "password" else ("--token", TOKEN_ENV)
+    if len(secret) < MIN_SECRET_CHARS:
+        fix = (f"use at least {MIN_SECRET_CHARS} random characters, e.g. "
+               "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+        if not is_loopback(host):
+            raise ConfigError(f"the gateway {kind} has {len(secret)} characters: too short to listen on {host}; {fix}")
+        warn(f"the gateway {kind} has {len(secret)} characters, easy to guess; {fix}")
+    if from_argv:
+        warn(f"{flag} on the command line is visible to every local user (ps, /proc/PID/cmdline); set "
+             f"{env_name} or gateway.{kind} in a config file only you can read (chmod 600) instead")
+
+
 def resolve_auth(
     *,
     mode: str | None,
@@ -59,11 +93,13 @@ def resolve_auth(
     password: str | None = None,
     config: Any = None,
     env: dict[str, str] | None = None,
+    warn: Callable[[str], None] = _warn_stderr,
 ) -> p.AuthSettings:
     """Pick the auth mode and secret; refuse to run open unless ``--auth none`` on loopback.
 
     ``mode`` is the explicit ``--auth`` flag (None = the config's ``gateway.auth``, default token).
-    Secrets: flag, then ``MEMORY_CORE_GATEWAY_TOKEN``/``_PASSWORD``, then ``gateway.token``/``password``.
+    Secrets: flag, then ``MEMORY_CORE_GATEWAY_TOKEN``/``_PASSWORD``, then ``gateway.token``/``password``;
+    a short one or one on argv is checked by :func:`check_secret` (``warn`` reports).
     """
     env = dict(os.environ) if env is None else env
     gw = getattr(config, "gateway", None)
@@ -87,6 +123,7 @@ def resolve_auth(
                 "gateway auth is \"password\" but no password is set: pass --password, set "
                 f"{PASSWORD_ENV}, or set gateway.password in the config"
             )
+        check_secret("password", secret, host=host, from_argv=bool(password), warn=warn)
         return p.AuthSettings("password", secret)
     if effective != "token":
         raise ConfigError(f"gateway.auth must be token, password or none, not {effective!r}")
@@ -96,6 +133,7 @@ def resolve_auth(
             f"no gateway token: set {TOKEN_ENV} or gateway.token in the config (or pass --token); "
             "to run without authentication on loopback only, pass --auth none explicitly"
         )
+    check_secret("token", secret, host=host, from_argv=bool(token), warn=warn)
     return p.AuthSettings("token", secret)
 
 
@@ -112,7 +150,12 @@ class GatewayServer:
         max_payload: int = p.MAX_PAYLOAD,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         tick_interval_s: float = p.TICK_INTERVAL_MS / 1000,
+        max_connections: int | None = None,
+        idle_timeout_s: float | None = None,
+        throttle: AuthThrottle | None = None,
     ) -> None:
+        """``max_connections`` and ``idle_timeout_s`` default to the service config's
+        ``gateway.maxConnections`` and ``gateway.idleTimeoutSeconds``."""
         self.service = service
         self.methods = MemoryMethods(service)
         self.auth = auth
@@ -121,6 +164,10 @@ class GatewayServer:
         self.max_payload = max_payload
         self.handshake_timeout_s = handshake_timeout_s
         self.tick_interval_s = tick_interval_s
+        gw = getattr(getattr(service, "config", None), "gateway", None)
+        self.max_connections = max_connections or getattr(gw, "max_connections", DEFAULT_MAX_CONNECTIONS)
+        self.idle_timeout_s = idle_timeout_s or getattr(gw, "idle_timeout_seconds", DEFAULT_IDLE_TIMEOUT_S)
+        self.throttle = throttle or AuthThrottle()
         self._server: Server | None = None
         self.connections = 0
 
@@ -175,15 +222,31 @@ class GatewayServer:
         scopes: set[RequestScope] = set()
         tick: asyncio.Task[None] | None = None
         try:
+            if self.connections > self.max_connections:
+                await ws.close(p.CLOSE_TRY_AGAIN_LATER, p.truncate_close_reason(
+                    f"server busy: {self.max_connections} connections open (gateway.maxConnections); retry later"))
+                return
+            address = _address(ws)
+            if self.throttle.locked(address):
+                await ws.close(p.CLOSE_POLICY, self._lockout_reason(address))
+                return
             await self._send(ws, p.challenge_event())
-            session = await self._handshake(ws, conn_id)
+            session = await self._handshake(ws, conn_id, address)
             if session is None:
                 return
             tick = asyncio.create_task(self._tick(ws))
             # At most MAX_IN_FLIGHT requests run per connection; further frames wait in the socket
             # (back-pressure on the client) instead of piling up as tasks.
             slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-            async for message in ws:
+            while True:
+                try:
+                    message = await asyncio.wait_for(ws.recv(), self.idle_timeout_s)
+                except TimeoutError:
+                    if tasks:
+                        continue  # a request still running is not idleness
+                    await ws.close(p.CLOSE_NORMAL, p.truncate_close_reason(
+                        f"idle timeout: no request for {self.idle_timeout_s:g} s (gateway.idleTimeoutSeconds)"))
+                    return
                 await slots.acquire()
                 task = self._dispatch_frame(ws, session, message, tasks, scopes)
                 task.add_done_callback(lambda _t: slots.release())
@@ -198,7 +261,11 @@ class GatewayServer:
             for task in list(tasks):
                 task.cancel()
 
-    async def _handshake(self, ws: ServerConnection, conn_id: str) -> p.Session | None:
+    def _lockout_reason(self, address: str) -> str:
+        wait = math.ceil(self.throttle.locked(address))
+        return p.truncate_close_reason(f"too many failed authentication attempts; retry in {wait} s")
+
+    async def _handshake(self, ws: ServerConnection, conn_id: str, address: str) -> p.Session | None:
         try:
             message = await asyncio.wait_for(ws.recv(), self.handshake_timeout_s)
         except TimeoutError:
@@ -216,13 +283,27 @@ class GatewayServer:
         try:
             if request.method != "connect":
                 raise p.invalid_request(p.FIRST_REQUEST_MUST_BE_CONNECT, close_code=p.CLOSE_POLICY)
+            if self.throttle.locked(address):  # no secret is checked while the address is locked out
+                reason = self._lockout_reason(address)
+                raise p.invalid_request(f"unauthorized: {reason}", details={"code": AUTH_RATE_LIMITED},
+                                        close_code=p.CLOSE_POLICY, close_reason=reason)
             session = p.accept_connect(request.params, self.auth, conn_id)
         except p.GatewayError as err:
+            if (err.details or {}).get("code") in THROTTLED_DETAILS:
+                delay = self.throttle.failed(address)
+                if delay:
+                    log.warning("failed gateway authentication from %s; answering in %.1f s", address, delay)
+                    await self.sleep(delay)
             await self._send(ws, p.response_error(request.id, err))
             await ws.close(err.close_code or p.CLOSE_POLICY, p.truncate_close_reason(err.close_reason or err.message))
             return None
+        self.throttle.succeeded(address)
         await self._send(ws, p.response_ok(request.id, p.hello_ok(session, SERVER_VERSION)))
         return session
+
+    async def sleep(self, seconds: float) -> None:
+        """The throttle's wait (a seam for tests that check the delays without waiting them out)."""
+        await asyncio.sleep(seconds)
 
     async def _tick(self, ws: ServerConnection) -> None:
         # Long-lived clients close with 4000 "tick timeout" after two silent intervals.
@@ -269,6 +350,8 @@ class GatewayServer:
             except ValueError as exc:  # a NaN score must not reach JSON.parse in the client
                 raise p.unavailable(f"memory response could not be encoded: {exc}") from exc
         except p.GatewayError as err:
+            if err.code == p.UNAVAILABLE:  # the client's copy has no host paths; the log keeps them
+                log.warning("request %s %s failed: %s", request.method, request.id, err.message)
             text = p.encode(p.response_error(request.id, err))
         except asyncio.CancelledError:
             raise
@@ -281,6 +364,12 @@ class GatewayServer:
             await ws.send(text)
         except ConnectionClosed:
             pass
+
+
+def _address(ws: ServerConnection) -> str:
+    """The peer's IP address (the throttle's key)."""
+    peer = ws.remote_address
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
 
 
 async def run_gateway(

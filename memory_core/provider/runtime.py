@@ -67,6 +67,7 @@ from memory_core.provider.types import (
     SessionAuthority,
 )
 from memory_core.store.reader import CachedReader
+from memory_core.validation import MAX_SAFE_INTEGER, check_query
 
 log = logging.getLogger("memory_core.provider")
 
@@ -506,6 +507,7 @@ class MemoryCoreProvider:
         if not query:
             return MemorySearchPage(hits=[], coverage="complete")
         cfg = self._cfg
+        check_query(cfg, query)  # the query budget, before any embedding or store work
         max_results = _clamp_results(req.max_results, int(cfg.query.max_results))
         min_score = float(req.min_score) if req.min_score is not None else float(cfg.query.min_score)
         if not math.isfinite(min_score):
@@ -601,10 +603,11 @@ class MemoryCoreProvider:
     async def get(self, request: MemoryGetRequest | dict[str, Any]) -> MemoryGetOk | MemoryGetNotFound:
         req = request if isinstance(request, MemoryGetRequest) else MemoryGetRequest.model_validate(request)
         self._assert_read_allowed()
-        if req.from_ is not None and req.from_ < 1:
-            raise InvalidRequest("from must be a positive integer")
-        if req.lines is not None and req.lines < 1:
-            raise InvalidRequest("lines must be a positive integer")
+        for name, value in (("from", req.from_), ("lines", req.lines)):
+            if value is not None and value < 1:
+                raise InvalidRequest(f"{name} must be a positive integer")
+            if value is not None and value > MAX_SAFE_INTEGER:
+                raise InvalidRequest(f"{name} must be a positive integer no larger than {MAX_SAFE_INTEGER}")
         ref = req.reference
         if ref.provider_id != PROVIDER_ID or not _CHUNK_ID.match(ref.id):
             return MemoryGetNotFound()

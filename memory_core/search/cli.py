@@ -8,6 +8,7 @@ from typing import Any
 
 from memory_core.errors import InvalidRequest
 from memory_core.output import escape_control
+from memory_core.validation import check_search
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -116,6 +117,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         kwargs = dict(max_results=args.max_results, min_score=args.min_score, sources=args.source,
                       lexical_only=args.lexical_only, active_project_keys=args.project)
         if args.explain:
+            check_search(core.config, query, args.max_results, args.min_score)  # before before_search's sync
             if query.strip():
                 core.before_search()
             data = engine_for(core).explain(query, **kwargs)

@@ -33,6 +33,7 @@ from memory_core.search import ranking
 from memory_core.search.types import Candidate, SearchHit, hit_from_row
 from memory_core.store.access import index_errors
 from memory_core.store.reader import CachedReader
+from memory_core.validation import search_numbers
 
 MAX_CANDIDATES = 200
 VALID_SOURCES = ("memory", "sessions")
@@ -156,13 +157,8 @@ def candidate_count(max_results: int, multiplier: float) -> int:
 def _checked_numbers(max_results: Any, min_score: Any, default_results: Any,
                      default_score: Any) -> tuple[int, float]:
     """``(max_results, min_score)`` of one search (the defaults when None), validated."""
-    mr = max_results if max_results is not None else default_results
-    ms = min_score if min_score is not None else default_score
-    if isinstance(mr, bool) or not isinstance(mr, (int, float)) or not math.isfinite(mr) or int(mr) < 1:
-        raise InvalidRequest(f"max_results must be an integer >= 1, got {max_results!r}")
-    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
-        raise InvalidRequest(f"min_score must be a finite number, got {min_score!r}")
-    return int(mr), float(ms)
+    return search_numbers(max_results if max_results is not None else default_results,
+                          min_score if min_score is not None else default_score)
 
 
 class SearchEngine:

@@ -17,6 +17,7 @@ import apsw
 
 from host_facades.engine_knn import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
 from memory_core.errors import IndexCorrupt, IndexUnreadable, StateDirNotWritable
+from memory_core.store.perms import PRIVATE_DIR
 
 
 def folder_problem(folder: str) -> str | None:
@@ -51,7 +52,7 @@ def ensure_writable_dir(db_path: str) -> None:
     written (the writer needs it for the file, its -wal/-shm and the rebuild's temp file)."""
     folder = os.path.dirname(os.path.abspath(db_path))
     try:
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(folder, mode=PRIVATE_DIR, exist_ok=True)  # only a folder it creates; index tightens the state dir
     except OSError as exc:
         raise not_writable(db_path, (exc.strerror or str(exc)).lower()) from exc
     why = folder_problem(folder)

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from memory_core.errors import IndexBusy
 from memory_core.store.access import ensure_writable_dir
+from memory_core.store.perms import PRIVATE_FILE
 from memory_core.store.writer import IndexWriter
 
 T = TypeVar("T")
@@ -40,7 +41,7 @@ def reindex_lock(db_path: str) -> Iterator[None]:
     leaves a stale lock behind.
     """
     ensure_writable_dir(db_path)
-    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -169,7 +170,7 @@ def sweep_dead_temp_files(db_path: str, *, lock_held: bool = False) -> list[str]
     free = lock_held
     if not lock_held:
         try:
-            fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             free = True
         except OSError:

@@ -26,6 +26,7 @@ from host_facades.vectors import decode_vector, encode_vector
 from memory_core.errors import IndexBusy
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors
+from memory_core.store.perms import create_private_file
 
 FTS_ONLY_MODEL = "fts-only"
 LAST_SYNC_KEY = "memory_index_last_sync_v1"
@@ -129,6 +130,8 @@ class IndexWriter:
                 # database may already remove its -wal/-shm, which `index --force` keeps with it
                 with contextlib.suppress(FileNotFoundError):
                     open_readonly(self.db_path, load_vec=False).close()
+            else:
+                create_private_file(self.db_path)  # 0600 whatever the umask; -wal/-shm get its mode
             conn = apsw.Connection(self.db_path)
             try:
                 schema.configure_connection(conn)
