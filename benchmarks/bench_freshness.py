@@ -15,7 +15,13 @@ CPU, and the peak memory of indexing one large session transcript.
    ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``. Target: under 300 MB. The child's RSS right
    after importing memory-core is measured the same way as a baseline.
 
-``--quick``: 20 edits at 200 ms debounce, 10 s idle, a 40 MB transcript.
+4. **Library search**: what a search costs an agent that uses memory-core as a library (a
+   ``MemoryCore`` with no watcher): p50 of ``--searches`` searches on a workspace of 100 files and
+   on one of ``--library-files`` (10,000), and their ratio (target: within 2x). The same 10,000-file
+   search with ``sync.reconcileIntervalMs = 0`` (a stat of every file before each search) is the
+   baseline it replaces.
+
+``--quick``: 20 edits at 200 ms debounce, 10 s idle, a 40 MB transcript, 2,000 library files.
 """
 
 from __future__ import annotations
@@ -65,7 +71,6 @@ def _make_workspace(root: str, files: int, seed: int = 0) -> str:
 def _service(ws: str, state: str, debounce_ms: int | None, extra: dict | None = None) -> Any:
     from memory_core.config import MemoryCoreConfig
     from memory_core.core import MemoryCore
-    from memory_core.freshness import Freshness, FreshnessSettings
 
     raw: dict[str, Any] = {"workspace": ws, "stateDir": state, **(extra or {})}
     if debounce_ms is not None:
@@ -73,10 +78,45 @@ def _service(ws: str, state: str, debounce_ms: int | None, extra: dict | None = 
     cfg = MemoryCoreConfig.model_validate(raw)
     core = MemoryCore(ws, config=cfg)
     core.index()
-    core._freshness = Freshness.for_core(core, FreshnessSettings.from_config(cfg))
-    core.freshness.start()
+    core.serve_freshness()
     core.freshness.wait_idle(30)
     return core
+
+
+LIBRARY_QUERY = "benchmark workspace"  # one file matches: the cost measured is not the corpus's
+
+
+def _library_p50(ws: str, state: str, searches: int, reconcile_ms: int | None) -> float:
+    """p50 ms of ``MemoryCore.search`` (no watcher) after one warm-up search."""
+    from memory_core.config import MemoryCoreConfig
+    from memory_core.core import MemoryCore
+
+    raw: dict[str, Any] = {"workspace": ws, "stateDir": state}
+    if reconcile_ms is not None:
+        raw["sync"] = {"reconcileIntervalMs": reconcile_ms}
+    with MemoryCore(ws, config=MemoryCoreConfig.model_validate(raw)) as core:
+        core.index()
+        assert core.search(LIBRARY_QUERY), "the library benchmark query found nothing"
+        times = []
+        for _ in range(searches):
+            t0 = time.perf_counter()
+            core.search(LIBRARY_QUERY)
+            times.append((time.perf_counter() - t0) * 1000)
+    return _pct(times, 50)
+
+
+def bench_library(root: str, *, files: int, searches: int, log: Any) -> dict:
+    small = _make_workspace(os.path.join(root, "lib-small"), 100)
+    large = _make_workspace(os.path.join(root, "lib-large"), files)
+    p50_small = _library_p50(small, os.path.join(root, "state-lib-small"), searches, None)
+    p50_large = _library_p50(large, os.path.join(root, "state-lib-large"), searches, None)
+    p50_walk = _library_p50(large, os.path.join(root, "state-lib-large"), max(20, searches // 10), 0)
+    out = {"files_small": 100, "files_large": files, "searches": searches,
+           "p50_ms_small": round(p50_small, 2), "p50_ms_large": round(p50_large, 2),
+           "ratio_large_small": round(p50_large / p50_small, 2),
+           "p50_ms_large_reconcile_every_search": round(p50_walk, 2)}
+    log(f"library search: {json.dumps(out)}")
+    return out
 
 
 def bench_latency(root: str, *, edits: int, files: int, debounce_ms: int | None, log: Any) -> dict:
@@ -265,7 +305,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debounce-ms", type=int, default=None, help="sync.watchDebounceMs (default: configured, 1500)")
     p.add_argument("--idle-seconds", type=float, default=None, help="idle CPU window (60)")
     p.add_argument("--transcript-mb", type=float, default=None, help="size of the generated transcript (400)")
-    p.add_argument("--skip", action="append", default=[], choices=["latency", "idle", "transcript"],
+    p.add_argument("--library-files", type=int, default=None, help="files of the large library workspace (10000)")
+    p.add_argument("--searches", type=int, default=200, help="searches per library measurement (200)")
+    p.add_argument("--skip", action="append", default=[], choices=["latency", "idle", "transcript", "library"],
                    help="skip a part (repeatable)")
     add_json_argument(p)
 
@@ -285,8 +327,22 @@ def run(args: argparse.Namespace) -> int:
             summary["idle"] = bench_idle(root, seconds=idle, files=args.files, log=log)
         if "transcript" not in args.skip:
             summary["transcript"] = bench_transcript(root, mb=mb, log=log)
-    emit(args, summary, None)  # the progress log above reports each part
+        if "library" not in args.skip:
+            files = args.library_files or (2000 if quick else 10_000)
+            summary["library"] = bench_library(root, files=files, searches=args.searches, log=log)
+    emit(args, summary, (lambda: _library_table(summary["library"])) if "library" in summary else None)
     return 0
+
+
+def _library_table(lib: dict) -> str:
+    """The library-search rows (the other parts are reported by the progress log)."""
+    rows = [("library search p50, 100 files", f"{lib['p50_ms_small']:.2f} ms"),
+            (f"library search p50, {lib['files_large']} files", f"{lib['p50_ms_large']:.2f} ms"),
+            (f"ratio {lib['files_large']} / 100 files (target <= 2)", f"{lib['ratio_large_small']:.2f}x"),
+            (f"baseline: reconcile before every search, {lib['files_large']} files",
+             f"{lib['p50_ms_large_reconcile_every_search']:.2f} ms")]
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{name:<{width}}  {value:>10}" for name, value in rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -97,7 +97,7 @@ def print_json(data: Any) -> None:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    core = open_core(args, pool=True)
+    core = open_core(args, pool=True, repoint=args.repoint)
     try:
         with Progress("Indexing", unit="files") as progress:
             summary = core.index(force=args.force, progress=progress)
@@ -198,6 +198,9 @@ def _register_builtin(sub: Any, common: argparse.ArgumentParser) -> None:
                        description="Index the agent workspace into its SQLite file. Incremental by default; "
                                    "--force (or a settings change) rebuilds atomically.")
     p.add_argument("--force", action="store_true", help="full rebuild into a temp database, swapped in atomically")
+    p.add_argument("--repoint", action="store_true",
+                   help="the index was built from another workspace: re-point it to --workspace (files not in "
+                        "the new workspace are removed from the index)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_index)
 

@@ -59,6 +59,7 @@ KNOWN_KNOBS = frozenset({
     "MEMORY_CORE_GENSIM_WHEEL_DIR", "MEMORY_CORE_BENCH_CACHE", "MEMORY_CORE_SLOW_REPUBLISHES",
     "MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", "MEMORY_CORE_FAISS_THREADS", "MEMORY_CORE_READ_MMAP_BYTES",
     "MEMORY_CORE_FP16_MIN_ROWS", "MEMORY_CORE_CANDIDATE_INDEX", "MEMORY_CORE_UPDATE_GOLDEN",
+    "MEMORY_CORE_CHURN_SECONDS",
 })
 # Keys whose values are free-form mappings: their own keys are data, not config keys.
 _DATA_KEYS = {"headers"}
@@ -167,6 +168,8 @@ class Sync(_Model):
     watch: bool = True
     watch_debounce_ms: int = Field(1500, ge=0)
     interval_minutes: float = Field(0, ge=0)
+    # without a watcher (library, one-shot CLI) a search stats the sources at most this often
+    reconcile_interval_ms: int = Field(2000, ge=0)
     sessions: SyncSessions = Field(default_factory=SyncSessions)
     embedding_batch_timeout_seconds: float | None = Field(None, gt=0)
 

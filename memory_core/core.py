@@ -1,8 +1,17 @@
-"""``MemoryCore``: the public engine object for one agent's workspace; its verbs match the CLI.
+"""``MemoryCore``: the owner of one agent's index; its verbs match the CLI.
 
-It owns the configuration, the embedding provider and the single :class:`IndexWriter`. ``sync``
-runs one pass at a time (concurrent callers join the running one); a full reindex (``--force``,
-first index, or an identity change on a CLI ``index`` run) builds a temp database and swaps it in.
+Every surface (CLI, library, gateway v1 and v2, ``memory.get``, MCP, ``watch``) goes through this
+object, and it owns everything with state: the configuration, the embedding provider, the single
+:class:`IndexWriter`, the freshness scheduler, the search engine (and its pooled retriever) and a
+read-only connection for identity reads. Nothing else attaches state to it.
+
+One writer: every write runs on the writer's one connection under the writer's lock
+(``IndexWriter._wlock``), reads never use it. A lock rather than a writer thread because the
+writes already come from few places (the freshness thread, a CLI run, ``forget``) and each must
+report its own error to its caller; a thread would add a queue and a second error path for the
+same serialisation. ``sync`` runs one pass at a time (concurrent callers join the running one); a
+full reindex (``--force``, first index, or an identity change on a CLI ``index`` run) builds a
+temp database and swaps it in.
 """
 
 from __future__ import annotations
@@ -20,8 +29,10 @@ import apsw
 
 from memory_core.config import MemoryCoreConfig, identity_mismatch, index_identity, load_config
 from memory_core.errors import (
+    ForgetRefused,
     IndexCorrupt,
     IndexPaused,
+    InvalidRequest,
     MemoryCoreError,
     ReferenceNotFound,
     WorkspaceError,
@@ -37,7 +48,8 @@ from memory_core.indexer import (
 from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
 from memory_core.store.perms import loose_files, tighten
-from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside
+from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
+from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
 from memory_core.validation import check_search
 
@@ -55,11 +67,17 @@ class MemoryCore:
         config: MemoryCoreConfig | None = None,
         config_path: str | None = None,
         embedding_provider: Any = _UNSET,
+        pool: bool | None = None,
+        repoint: bool = False,
     ) -> None:
         # agent_id None: the configuration's agentId (default "main"); a given one wins over it
+        # pool: the one switch for the worker pools (None: config ``pool.workers``; False: in-process)
+        # repoint: accept a workspace other than the one the index records (``index --repoint``)
         cfg = config if config is not None else load_config(config_path)
         if agent_id and agent_id != cfg.agent_id:
             cfg = cfg.for_agent(agent_id)
+        if pool is False and cfg.pool.workers != 0:
+            cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 0})})
         ws = workspace or cfg.workspace or os.getcwd()
         ws = os.path.abspath(os.path.expanduser(ws))
         if not os.path.isdir(ws):
@@ -73,15 +91,25 @@ class MemoryCore:
         self.workspace = ws
         self.agent_id = cfg.agent_id
         self.db_path = cfg.db_path(self.agent_id)
+        self.repoint = repoint
         self.dirty = False  # set by freshness (watcher / session deltas)
         self.last_staleness: dict[str, Any] | None = None  # set by before_search (freshness)
         self._provider = embedding_provider
         self._provider_error: MemoryCoreError | None = None
         self._writer: IndexWriter | None = None
-        self._lock = threading.RLock()  # guards writer access and the running-sync slot
+        self._lock = threading.RLock()  # guards the writer slot, the owned parts and the running-sync slot
         self._running: Future[IndexSummary] | None = None
         self._closed = False
         self._readable_ident: tuple[int, int] | None = None  # the file check_readable last opened
+        self._freshness: Any = None
+        self._engine: Any = None
+        self._fallback_engine: Any = None
+        self._retriever: Any = _UNSET
+        self._cursor_pins: Any = None
+        from memory_core.store.reader import CachedReader
+
+        self._meta_reader = CachedReader(self.db_path, load_vec=False)  # identity reads, never the writer's
+        self._check_workspace()
 
     # ------------------------------------------------------------------ provider and writer
     @property
@@ -103,6 +131,10 @@ class MemoryCore:
             "cache_max_entries": cfg.cache.max_entries,
         }
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed:
             raise MemoryCoreError("this MemoryCore is closed; open a new one (MemoryCore(...)) to use the index")
@@ -112,8 +144,28 @@ class MemoryCore:
         with self._lock:
             self._check_open()
             if self._writer is None:
-                self._writer = IndexWriter(self.db_path, **self._writer_options())
+                self._writer = self._open_writer()
             return self._writer
+
+    def _open_writer(self) -> IndexWriter:
+        # any writer start removes what killed rebuilds left behind (their process is gone)
+        sweep_dead_temp_files(self.db_path)
+        writer = IndexWriter(self.db_path, **self._writer_options())
+        writer.on_reopen = self._index_replaced
+        return writer
+
+    def _index_replaced(self) -> None:
+        """The writer found the file replaced by another process (its ``index --force``): what this
+        process published to the old file may be missing, so freshness re-checks every file."""
+        fresh = self._freshness
+        if fresh is not None:
+            fresh.invalidate("the index file was replaced by another process")
+
+    def notice_swap(self) -> None:
+        """Cheap (one stat): reopen the writer now when another process swapped the file."""
+        writer = self._writer
+        if writer is not None and writer.replaced():
+            writer.check_swapped()
 
     def _close_writer(self) -> None:
         if self._writer is not None:
@@ -121,11 +173,13 @@ class MemoryCore:
             self._writer = None
 
     def close(self) -> None:
-        if self.__dict__.get("_search_engine") is not None:  # H4: the search reader connection
-            self._search_engine.close()
-        fresh = self.__dict__.get("_freshness")
+        for engine in (self._engine, self._fallback_engine):  # the search reader connections
+            if engine is not None:
+                engine.close()
+        fresh = self._freshness
         if fresh is not None:  # stop the watcher and wait for a running sync before closing the writer
             fresh.close()
+        self._meta_reader.close()
         with self._lock:
             self._close_writer()
             self._closed = True
@@ -137,33 +191,40 @@ class MemoryCore:
         self.close()
 
     # ------------------------------------------------------------------ identity
+    def _check_workspace(self) -> None:
+        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``."""
+        if self.repoint or not os.path.exists(self.db_path):
+            return
+        try:
+            recorded = self.read_meta_value(WORKSPACE_KEY)
+        except (MemoryCoreError, apsw.Error, OSError):
+            return  # an unreadable index is reported by the command that uses it
+        check_workspace(recorded, self.workspace, self.agent_id)
+
     def expected_identity(self, dims: int | None = None) -> dict[str, Any]:
         ident = index_identity(self.config, self.provider)
         if dims is not None:
             ident["vectorDims"] = dims
         return ident
 
-    def _read_meta(self) -> dict | None:
-        if self._writer is not None:
-            return self._writer.read_meta()
-        if not os.path.exists(self.db_path):
-            return None
-        from host_facades.sqlite_read import open_readonly
+    def read_meta_value(self, key: str) -> str | None:
+        """One ``memory_index_meta`` value through the owner's read-only connection (never the
+        writer's: a read must not race the writer's reopen after a swap); None when absent."""
+
+        def read(conn: apsw.Connection) -> str | None:
+            try:
+                row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (key,)).fetchone()
+            except apsw.SQLError:
+                return None  # schema not created yet
+            return None if row is None else str(row[0])
 
         try:
-            conn = open_readonly(self.db_path, load_vec=False)
+            return self._meta_reader.run(read)
         except FileNotFoundError:
             return None
-        try:
-            row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (schema.META_KEY,)).fetchone()
-        except apsw.SQLError:
-            return None
-        finally:
-            conn.close()
-        try:
-            meta = json.loads(row[0]) if row else None
-        except ValueError:
-            return None
+
+    def _read_meta(self) -> dict | None:
+        meta = _loads(self.read_meta_value(schema.META_KEY))
         return meta if isinstance(meta, dict) else None
 
     def identity_state(self) -> dict[str, Any]:
@@ -283,6 +344,7 @@ class MemoryCore:
             dims = writer.vec_dims
             if dims is not None and meta.get("vectorDims") is None:
                 writer.write_meta({**meta, "vectorDims": dims})
+            record_workspace(writer, self.workspace)
             record_last_sync(writer, summary)
             return summary
         return self._full_reindex(reason=reason, provider=provider, progress=progress)
@@ -320,11 +382,12 @@ class MemoryCore:
                 dims = getattr(provider, "dims", None)
             temp.write_meta(self.expected_identity(dims=dims) if provider is not None
                             else index_identity(self.config, None))
+            record_workspace(temp, self.workspace)
             record_last_sync(temp, summary)
             return summary
 
         def reopen() -> None:
-            self._writer = IndexWriter(self.db_path, **self._writer_options())
+            self._writer = self._open_writer()
 
         try:
             summary = atomic_reindex(self.db_path, build, writer_options=self._writer_options(),
@@ -362,9 +425,10 @@ class MemoryCore:
         """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch."""
         with self._lock:
             self._close_writer()
-        engine = self.__dict__.get("_search_engine")
-        if engine is not None:
-            engine.close()  # its cached reader must not keep the old file open
+        for engine in (self._engine, self._fallback_engine):
+            if engine is not None:
+                engine.close()  # its cached reader must not keep the old file open
+        self._meta_reader.close()
         with reindex_lock(self.db_path):
             return set_aside(self.db_path)
 
@@ -375,8 +439,6 @@ class MemoryCore:
         A memory file is refused (:class:`ForgetRefused`): its entries are removed by editing the file.
         A key that names nothing indexed, no tombstone and no transcript on disk is most likely a
         typo: :class:`ReferenceNotFound`, and no tombstone, unless ``force`` (forget it in advance)."""
-        from memory_core.forget_cli import session_index_path
-
         session_index_path(key)  # raises ForgetRefused for memory files, InvalidRequest for an empty key
         name = key.strip().replace("\\", "/")
         base = name.rsplit("/", 1)[-1]
@@ -394,32 +456,128 @@ class MemoryCore:
                         "a tombstone for it anyway"
                     )
             removed = writer.forget_session(path)
-        fresh = self.__dict__.get("_freshness")
-        if fresh is not None:
-            fresh.forget_path(path)  # stop tracking the transcript's appends
+        if self._freshness is not None:
+            self._freshness.forget_path(path)  # stop tracking the transcript's appends
         return removed
 
     # ------------------------------------------------------------------ freshness (H8, memory_core/freshness.py)
     @property
     def freshness(self) -> Any:
-        """The per-agent sync scheduler, created on first use; ``freshness.start()`` adds the watcher,
-        interval and startup catch-up (``serve``/``mcp``/``watch`` start it)."""
-        fresh = self.__dict__.get("_freshness")
-        if fresh is None:
-            from memory_core.freshness import Freshness
+        """The per-agent sync scheduler, created on first use; :meth:`serve_freshness` starts the
+        watcher, interval and startup catch-up (``serve``/``mcp``/``watch``)."""
+        with self._lock:
+            if self._freshness is None:
+                from memory_core.freshness import Freshness
 
-            fresh = self._freshness = Freshness.for_core(self)
-        return fresh
+                self._freshness = Freshness.for_core(self)
+            return self._freshness
+
+    def serve_freshness(self, settings: Any = None, **overrides: Any) -> Any:
+        """Keep this index fresh while serving: the scheduler thread, the watcher (``sync.watch``),
+        the interval and the startup catch-up. ``settings``/``overrides``: a
+        :class:`~memory_core.freshness.FreshnessSettings` or its fields (replacing the config's)."""
+        with self._lock:
+            if self._freshness is None or settings is not None or overrides:
+                from memory_core.freshness import Freshness, FreshnessSettings
+
+                if self._freshness is not None:
+                    self._freshness.close()
+                settings = settings or FreshnessSettings.from_config(self.config, **overrides)
+                self._freshness = Freshness.for_core(self, settings)
+            fresh = self._freshness
+        return fresh.start()
 
     def before_search(self) -> dict[str, Any] | None:
-        """Run before every search: cheap reconcile, bootstrap an empty index, background sync when
-        dirty. Returns (and keeps in ``last_staleness``) upstream's ``{stale, warning, action}`` or None.
+        """Run before every search: notice a file swapped by another process, the bounded reconcile,
+        bootstrap an empty index, background sync when dirty. Returns (and keeps in
+        ``last_staleness``) upstream's ``{stale, warning, action}`` or None.
 
         An index file that cannot be read raises :class:`IndexCorrupt`/:class:`IndexUnreadable` first;
         with no index yet and a state dir that cannot be written, :class:`StateDirNotWritable`."""
         self.check_readable()
+        self.notice_swap()
         self.last_staleness = self.freshness.before_search()
         return self.last_staleness
+
+    @property
+    def reader(self) -> Any:
+        """The owner's read-only :class:`~memory_core.store.reader.CachedReader` (identity and point
+        reads; reopened after a file swap). Never the writer's connection."""
+        return self._meta_reader
+
+    @property
+    def last_sync_error(self) -> str | None:
+        """Why the last background sync failed, or which files it could not publish (retried); None
+        when it worked or nothing runs in the background."""
+        fresh = self._freshness
+        if fresh is None:
+            return None
+        if fresh.last_sync_error:
+            return fresh.last_sync_error
+        problems = fresh.snapshot()["problems"]
+        return f"{len(problems)} file(s) could not be indexed (retrying)" if problems else None
+
+    @property
+    def retriever(self) -> Any:
+        """The pooled retriever of this index (None: searches read in-process, ``pool.workers = 0``)."""
+        with self._lock:
+            if self._retriever is _UNSET:
+                from workers.shared import make_retriever
+
+                self._retriever = make_retriever(self.config, self.db_path)
+            return self._retriever
+
+    @property
+    def cursor_pins(self) -> Any:
+        """Pagination-cursor pins sharing the retriever's generation leases (TTL ``pool.cursor_ttl_s``)."""
+        with self._lock:
+            if self._cursor_pins is None:
+                from memory_core.generations import CursorPins, GenerationLeases
+
+                retriever = self.retriever
+                leases = retriever.leases if retriever is not None else GenerationLeases()
+                self._cursor_pins = CursorPins(leases, ttl_s=self.config.pool.cursor_ttl_s)
+            return self._cursor_pins
+
+    @property
+    def search_engine(self) -> Any:
+        """The one :class:`~memory_core.search.engine.SearchEngine` of this index (created once): its
+        identity check reads through the owner, its snapshot reads go through :attr:`retriever`."""
+        with self._lock:
+            if self._engine is None:
+                from memory_core.search.engine import SearchEngine
+
+                try:
+                    provider = self.provider
+                except MemoryCoreError:
+                    provider = None  # the engine fails closed for a configured provider that is missing
+                self._engine = SearchEngine(self.config, self.db_path, provider,
+                                            identity_check=self._identity_mismatch, retriever=self.retriever)
+            return self._engine
+
+    @property
+    def fallback_engine(self) -> Any:
+        """A keyword-only, in-process engine of this index for a deadline's fallback answer: it never
+        waits on :attr:`search_engine`, which the late search may hold."""
+        with self._lock:
+            if self._fallback_engine is None:
+                from memory_core.search.engine import SearchEngine
+
+                self._fallback_engine = SearchEngine(self.config, self.db_path, None,
+                                                     identity_check=self._identity_mismatch)
+            return self._fallback_engine
+
+    def _identity_mismatch(self) -> list[str] | None:
+        ident = self.identity_state()
+        return ident["mismatch"] if ident["state"] == "mismatch" else None
+
+    def search_with_details(self, query: str, **kwargs: Any) -> tuple[Any, dict[str, Any] | None]:
+        """``(SearchDetails, staleness)``: :meth:`before_search` then the engine's detailed search
+        (the provider runtime's v2 search and ``search --explain``)."""
+        self._check_open()
+        with index_errors(self.db_path):
+            stale = self.before_search() if isinstance(query, str) and query.strip() else None
+            return self.search_engine.search_with_details(query, **kwargs), stale
 
     def check_readable(self) -> None:
         """Raise the typed error when the index cannot be searched at all: the file is no readable
@@ -447,16 +605,14 @@ class MemoryCore:
                sources: Sequence[str] | None = None, lexical_only: bool = False,
                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> list[Any]:
         """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the SearchEngine."""
-        from memory_core.search.facade import core_search
-
         self._check_open()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
         with index_errors(self.db_path):
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
                 self.before_search()
-            return core_search(self, query, max_results=max_results, min_score=min_score, sources=sources,
-                               lexical_only=lexical_only, active_project_keys=active_project_keys,
-                               query_vector=query_vector)
+            return self.search_engine.search(
+                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
+                active_project_keys=active_project_keys, query_vector=query_vector)
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
             max_chars: int | None = None) -> Any:
@@ -538,10 +694,11 @@ class MemoryCore:
             out["identity"] = {"state": "unknown", "error": exc.message}
         if deep:
             out["provider_check"] = self._provider_check()
-        fresh = self.__dict__.get("_freshness")
+        fresh = self._freshness
         if fresh is not None:
             out["freshness"] = fresh.status()
             out["dirty"] = bool(out["dirty"] or out["freshness"]["dirty"])
+            out["problems"] = out["freshness"]["problems"]
         return out
 
     def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
@@ -616,6 +773,31 @@ class MemoryCore:
         except Exception as exc:  # noqa: BLE001 - status reports, never raises
             info.update(available=False, error=str(exc))
         return info
+
+
+def session_index_path(key: str) -> str:
+    """The indexed path ``sessions/<file>`` for a session key, file name or transcript path.
+
+    Raises :class:`ForgetRefused` for a memory file and :class:`InvalidRequest` for an empty key.
+    """
+    raw = (key or "").strip().replace("\\", "/")
+    if not raw:
+        raise InvalidRequest("--session needs a session key or transcript file name, e.g. --session 3f2a.jsonl")
+    base = raw.rstrip("/").rsplit("/", 1)[-1]
+    lowered = raw.lower()
+    if (
+        lowered.endswith(".md")
+        or lowered.startswith("memory/")
+        or "/memory/" in lowered
+        or base in ("MEMORY.md", "memory.md", "USER.md")
+    ):
+        raise ForgetRefused(
+            f"{raw} is a memory file: memory files are not forgotten, they are edited. Edit or delete {raw} "
+            "(remove the entries you want gone); the next sync removes them from the index"
+        )
+    if not base.endswith(".jsonl") and ".jsonl." not in base:
+        base += ".jsonl"
+    return f"sessions/{base}"
 
 
 def _loads(value: str | None) -> Any:

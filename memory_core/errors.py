@@ -37,6 +37,12 @@ class WorkspaceError(MemoryCoreError):
     code = "invalid_workspace"
 
 
+class WorkspaceMismatch(WorkspaceError):
+    """The index was built from another workspace; nothing is synced (or pruned) against this one."""
+
+    code = "workspace_mismatch"
+
+
 class SourceReadError(MemoryCoreError):
     """A source file could not be read or decoded; the file is skipped, nothing else is lost."""
 

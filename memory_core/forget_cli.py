@@ -15,32 +15,10 @@ import sys
 import time
 from typing import Any
 
-from memory_core.errors import ForgetRefused, IndexUnreadable, InvalidRequest, StateDirNotWritable
+from memory_core.core import session_index_path
+from memory_core.errors import IndexUnreadable, StateDirNotWritable
 
-
-def session_index_path(key: str) -> str:
-    """The indexed path ``sessions/<file>`` for a session key, file name or transcript path.
-
-    Raises :class:`ForgetRefused` for a memory file and :class:`InvalidRequest` for an empty key.
-    """
-    raw = (key or "").strip().replace("\\", "/")
-    if not raw:
-        raise InvalidRequest("--session needs a session key or transcript file name, e.g. --session 3f2a.jsonl")
-    base = raw.rstrip("/").rsplit("/", 1)[-1]
-    lowered = raw.lower()
-    if (
-        lowered.endswith(".md")
-        or lowered.startswith("memory/")
-        or "/memory/" in lowered
-        or base in ("MEMORY.md", "memory.md", "USER.md")
-    ):
-        raise ForgetRefused(
-            f"{raw} is a memory file: memory files are not forgotten, they are edited. Edit or delete {raw} "
-            "(remove the entries you want gone); the next sync removes them from the index"
-        )
-    if not base.endswith(".jsonl") and ".jsonl." not in base:
-        base += ".jsonl"
-    return f"sessions/{base}"
+__all__ = ["forget_session", "register", "session_index_path"]
 
 
 def forget_session(core: Any, key: str, *, force: bool = False) -> dict[str, Any]:
@@ -75,7 +53,6 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 def _cmd_watch(args: argparse.Namespace) -> int:
     """Keep the index fresh in the foreground until interrupted (what ``serve`` does in the background)."""
     from memory_core.cli import open_core
-    from memory_core.freshness import Freshness, FreshnessSettings
 
     core = open_core(args, pool=True)
     try:
@@ -86,9 +63,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     overrides = {}
     if args.debounce_ms is not None:
         overrides["watch_debounce_ms"] = args.debounce_ms
-    fresh = Freshness.for_core(core, FreshnessSettings.from_config(core.config, watch=True, **overrides))
-    core._freshness = fresh
-    fresh.start()
+    fresh = core.serve_freshness(watch=True, **overrides)
     print(f"Watching {core.workspace} (agent {core.agent_id}); Ctrl-C to stop", file=sys.stderr)
     seen = 0
     deadline = time.monotonic() + args.seconds if args.seconds else None

@@ -64,6 +64,8 @@ class IndexSummary:
     error: str | None = None
     # a forced rebuild found the index file unreadable: where the old file was moved (kept, not deleted)
     moved_aside: str | None = None
+    # files that changed between being read and being published (left for the next sync)
+    superseded: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -184,6 +186,9 @@ def run_sync(
     model = str(provider.model) if provider is not None else FTS_ONLY_MODEL
     summary = IndexSummary(full=full, reason=reason, model=model,
                            provider=str(provider.id) if provider is not None else "none")
+    # What is indexed is read before the listing: a file another writer (a serving process, a
+    # concurrent `index`) publishes after the listing began is no candidate for pruning here.
+    stats = {s: writer.indexed_stats(s) for s in cfg.sources}
     if scan_result is None and paths is not None and not full:
         scan_result = scan_paths(cfg, workspace, {p.replace(os.sep, "/") for p in paths})
     result = scan_result if scan_result is not None else scan(cfg, workspace)
@@ -194,7 +199,6 @@ def run_sync(
         detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems[:3]) or "unknown error"
         raise ScanFailed(f"listing the memory sources failed ({detail}); the previous index was kept, retry later")
 
-    stats = {s: writer.indexed_stats(s) for s in cfg.sources}
     indexed = {s: {p: v[2] for p, v in st.items()} for s, st in stats.items()}
     before = previous if previous is not None else indexed
     wanted = None if paths is None else {p.replace(os.sep, "/") for p in paths}
@@ -253,6 +257,12 @@ def run_sync(
                 vectors[i] = matrix[offset:offset + len(cs)] if cs else None
                 offset += len(cs)
         for (entry, chunks), vecs in zip(group, vectors):
+            if not full and entry.source == "memory" and _changed_since_read(entry):
+                # Its content is older than the file now: publishing it could overwrite a newer
+                # publish by another writer. The change is the next sync's (a watcher reports it).
+                summary.superseded += 1
+                done += 1
+                continue
             try:
                 status = writer.replace_source(entry, chunks, vecs, model)
             except Exception as exc:
@@ -316,6 +326,8 @@ def run_sync(
                     continue
                 if path in present.get(source, ()) or path in problem_paths:
                     continue
+                if source == "memory" and os.path.lexists(os.path.join(workspace, path)):
+                    continue  # created again since the listing: the next sync publishes it
                 if writer.delete_if_current(path, source, h):
                     summary.removed += 1
         if full and previous is not None:  # files gone since the live index was built
@@ -347,6 +359,15 @@ def run_sync(
     summary.revision = writer.revision
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _changed_since_read(entry: SourceEntry) -> bool:
+    """The file's stat differs from the one taken before its content was read (or it is gone)."""
+    try:
+        st = os.stat(entry.abs_path)
+    except OSError:
+        return True
+    return not stat_matches((entry.mtime_ms, entry.size), (st.st_mtime_ns / 1e6, st.st_size))
 
 
 def record_last_sync(writer: IndexWriter, summary: IndexSummary | None, *, error: str | None = None,

@@ -181,10 +181,8 @@ class MemoryTools:
         self._core_factory = core_factory
         self._clock = clock
         self._core: Any = None
-        self._keyword_engine: Any = None
         self._cooldown: tuple[float, str, bool] | None = None  # (until, error, deadline)
         self._lock = threading.Lock()  # the engine (held while it opens, which may index)
-        self._keyword_lock = threading.Lock()  # the deadline's keyword engine (never waits on the above)
 
     def core(self) -> Any:
         with self._lock:
@@ -195,14 +193,10 @@ class MemoryTools:
                     from memory_core.core import MemoryCore
 
                     self._core = MemoryCore(self.config.workspace, agent_id=self.config.agent_id, config=self.config)
-                    self._core.freshness.start()  # watcher, interval and startup catch-up while serving
+                    self._core.serve_freshness()  # watcher, interval and startup catch-up while serving
             return self._core
 
     def close(self) -> None:
-        with self._keyword_lock:
-            if self._keyword_engine is not None:
-                self._keyword_engine.close()
-                self._keyword_engine = None
         with self._lock:
             if self._core is not None and self._core_factory is None:
                 self._core.close()
@@ -238,12 +232,7 @@ class MemoryTools:
         core = self._core
         if core is None:  # the engine is still opening: nothing to read yet
             return []
-        with self._keyword_lock:
-            if self._keyword_engine is None:
-                from memory_core.search.engine import SearchEngine
-
-                self._keyword_engine = SearchEngine(core.config, core.db_path, None)
-            engine = self._keyword_engine
+        engine = core.fallback_engine  # the owner's; never waits on the engine the full search holds
         return list(engine.search(query, max_results=max_results, min_score=min_score, sources=["memory"],
                                   lexical_only=True))
 

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,11 +85,13 @@ def index_agents(config_path: Path, agents: tuple[str, ...] = ("main",)) -> None
 
 
 @contextlib.contextmanager
-def serve_process(config_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run ``memory-core serve --port 0`` and yield its ``ws://`` URL; terminated on exit."""
+def serve_process(config_path: Path, *args: str, env: dict[str, str] | None = None,
+                  stderr: Any = subprocess.PIPE) -> Iterator[str]:
+    """Run ``memory-core serve --port 0`` and yield its ``ws://`` URL; terminated on exit.
+    ``stderr``: where the server's log goes (a file for a long run: a pipe nobody reads fills up)."""
     cmd = [sys.executable, "-m", "memory_core", "serve", "--config", str(config_path), "--port", "0", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env or child_env(config_path.parent, MEMORY_CORE_GATEWAY_TOKEN=TOKEN),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -96,6 +99,7 @@ def serve_process(config_path: Path, *args: str, env: dict[str, str] | None = No
         if not match:
             proc.kill()
             _, err = proc.communicate(timeout=10)
+            err = err or ""
             raise AssertionError(f"memory-core serve did not start: {line!r} {err}")
         yield match.group(1)
     finally:

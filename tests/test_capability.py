@@ -312,6 +312,7 @@ class BlockingCore:
 
     def __init__(self, real: MemoryCore, release: threading.Event, error: Exception | None = None) -> None:
         self.config, self.db_path, self._release, self._error = real.config, real.db_path, release, error
+        self.fallback_engine = real.fallback_engine  # the owner's keyword engine for the deadline
 
     def search(self, *args, **kwargs):
         if self._error is not None:

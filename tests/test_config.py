@@ -48,6 +48,7 @@ EXPECTED_DEFAULTS = {
         "watch": True,
         "watchDebounceMs": 1500,
         "intervalMinutes": 0,
+        "reconcileIntervalMs": 2000,
         "sessions": {"deltaBytes": 100000, "deltaMessages": 50, "postCompactionForce": True},
         "embeddingBatchTimeoutSeconds": None,
     },

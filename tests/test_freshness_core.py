@@ -36,12 +36,8 @@ class Served:
         self.core: MemoryCore | None = None
 
     def start(self) -> Served:
-        from memory_core.freshness import Freshness
-
         self.core = MemoryCore(str(self.ws), config=self.cfg)
-        self.core._freshness = Freshness.for_core(self.core, self.settings)
-        self.fresh = self.core.freshness
-        self.fresh.start()
+        self.fresh = self.core.serve_freshness(self.settings)
         assert self.fresh.wait_idle(30), "the startup sync did not finish"
         self.engine = SearchEngine(self.cfg, self.core.db_path, None)
         return self

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core import freshness
+from memory_core.freshness import sessions as freshness_sessions
 from memory_core.freshness import Freshness, FreshnessSettings, count_newlines
 from memory_core.watcher import (
     KIND_MEMORY,
@@ -134,7 +134,7 @@ def test_classify_event_ignore_list_and_kinds(tmp_path):
 
 
 def test_count_newlines_reads_only_the_appended_range(tmp_path, monkeypatch):
-    monkeypatch.setattr(freshness, "_READ_BLOCK", 4)  # 2 newlines per block
+    monkeypatch.setattr(freshness_sessions, "_READ_BLOCK", 4)  # 2 newlines per block
     p = tmp_path / "t.jsonl"
     p.write_bytes(b"a\n" * 10 + b"b\n" * 3)
     assert count_newlines(str(p), 20, 26) == 3

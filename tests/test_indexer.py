@@ -97,7 +97,7 @@ def test_incremental_sync_detects_added_changed_removed(workspace):
         assert sorted(s3.to_json()) == sorted([
             "files", "chunks", "added", "changed", "removed", "unchanged", "skipped", "forgotten", "failed",
             "chunks_written", "bytes", "seconds", "revision", "full", "reason", "provider", "model", "scan_ok",
-            "problems", "error", "moved_aside"])
+            "problems", "error", "moved_aside", "superseded"])
 
 
 def test_the_readme_example_uses_the_example_agent(tmp_path, monkeypatch):

@@ -49,29 +49,23 @@ def pools_for(cfg: Any) -> dict[str, WorkerPool] | None:
         return pools
 
 
-def retriever_for(core: Any) -> PooledRetriever | None:
-    """The core's :class:`PooledRetriever` (created once), or None for in-process search."""
-    existing = core.__dict__.get("_pooled_retriever")
-    if existing is not None and existing.db_path == core.db_path:
-        return existing
-    pools = pools_for(core.config)
+def make_retriever(cfg: Any, db_path: str) -> PooledRetriever | None:
+    """A :class:`PooledRetriever` of ``db_path`` on the shared retrieval pool, or None for in-process
+    search (``pool.workers = 0``). The index owner (``MemoryCore.retriever``) keeps the one it gets."""
+    pools = pools_for(cfg)
     if pools is None:
         return None
-    retriever = PooledRetriever(core.db_path, pools["retrieval"], timeout_s=core.config.pool.task_timeout_s)
-    core._pooled_retriever = retriever
-    return retriever
+    return PooledRetriever(db_path, pools["retrieval"], timeout_s=cfg.pool.task_timeout_s)
+
+
+def retriever_for(core: Any) -> PooledRetriever | None:
+    """The core's :class:`PooledRetriever`, or None for in-process search."""
+    return core.retriever
 
 
 def cursor_pins_for(core: Any) -> CursorPins:
     """Pagination-cursor pins sharing the core's generation leases (TTL = ``pool.cursor_ttl_s``)."""
-    pins = core.__dict__.get("_cursor_pins")
-    if pins is None:
-        retriever = retriever_for(core)
-        from memory_core.generations import GenerationLeases
-
-        leases = retriever.leases if retriever is not None else GenerationLeases()
-        pins = core._cursor_pins = CursorPins(leases, ttl_s=core.config.pool.cursor_ttl_s)
-    return pins
+    return core.cursor_pins
 
 
 def close_all() -> None:

@@ -12,6 +12,7 @@ import errno
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +56,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     def ready(server: Any) -> None:
         agents = ", ".join(service.agents.ids)
         print(f"memory-core gateway listening on {server.url} (auth {auth.mode}; agents: {agents})", flush=True)
+        # warm: every configured agent opened, synced and watched now, not at its first request
+        # (off the event loop: opening may read every file; a request meanwhile waits for its agent)
+        threading.Thread(target=service.warm, args=(lambda line: print(line, file=sys.stderr, flush=True),),
+                         name="memory-core-warm", daemon=True).start()
 
     async def run() -> None:
         stop = asyncio.Event()

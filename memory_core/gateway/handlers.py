@@ -94,8 +94,39 @@ class MemoryService:
         from memory_core.core import MemoryCore
 
         core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
-        core.freshness.start()  # watcher, interval and startup catch-up while serving
+        core.serve_freshness()  # watcher, interval and startup catch-up while serving
         return core
+
+    def warm(self, log: Callable[[str], None]) -> None:
+        """Open every configured agent now (index owner, watcher, startup catch-up sync), so an idle
+        server does not stay stale until its first request; ``log`` gets one line per agent, and
+        another when its startup sync is done. An agent that cannot be opened is logged and left
+        to answer its requests with the error."""
+        for agent_id in self.agents.ids:
+            try:
+                core = self.core(agent_id)
+            except Exception as exc:  # noqa: BLE001 - logged; the agent's requests report it
+                log(f"memory-core: agent {agent_id}: cannot open: {error_message(exc)}")
+                continue
+            fresh = core.freshness
+            pending = fresh.status()
+            log(f"memory-core: agent {agent_id}: opened {core.workspace} (index {core.db_path}); watcher "
+                f"{pending['watcher']['state']}; startup sync of {pending['pendingCount']} changed file(s)"
+                + (" and a full pass" if pending["fullSyncPending"] else ""))
+            threading.Thread(target=self._log_in_sync, args=(agent_id, core, log), daemon=True,
+                             name=f"memory-core-warm-{agent_id}").start()
+
+    @staticmethod
+    def _log_in_sync(agent_id: str, core: Any, log: Callable[[str], None]) -> None:
+        fresh = core.freshness
+        while not fresh.wait_idle(60.0):
+            if core.closed:  # the server stopped first
+                return
+        st = fresh.status()
+        if st["lastSyncError"]:
+            log(f"memory-core: agent {agent_id}: startup sync failed: {st['lastSyncError']} (retrying)")
+        else:
+            log(f"memory-core: agent {agent_id}: in sync ({st['syncCount']} sync(s) run)")
 
     def agent_config(self, agent_id: str) -> MemoryCoreConfig:
         return self.core(agent_id).config

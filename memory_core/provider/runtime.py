@@ -322,8 +322,6 @@ class MemoryCoreProviderRuntime:
         self._core_factory = core_factory
         self._clock = clock
         self._cores: dict[str, Any] = {}
-        self._engines: dict[str, Any] = {}
-        self._readers: dict[str, CachedReader] = {}
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
@@ -368,27 +366,13 @@ class MemoryCoreProviderRuntime:
         return core
 
     def engine(self, agent_id: str) -> Any:
-        """The agent's search engine (creating it may load the embedding model: call it in a thread)."""
-        with self._lock:
-            return self._engine_locked(agent_id)
-
-    def _engine_locked(self, agent_id: str) -> Any:
-        engine = self._engines.get(agent_id)
-        if engine is None:
-            from memory_core.search.engine import SearchEngine
-
-            core = self.core(agent_id)
-            engine = SearchEngine(core.config, core.db_path, _provider_or_none(core),
-                                  identity_check=lambda: core.identity_state().get("mismatch") or None)
-            self._engines[agent_id] = engine
-        return engine
+        """The agent's search engine: the one its index owner (``MemoryCore``) holds, with the same
+        pool and freshness check as every other surface (creating it may load the embedding model)."""
+        return self.core(agent_id).search_engine
 
     def reader(self, agent_id: str) -> CachedReader:
-        with self._lock:
-            reader = self._readers.get(agent_id)
-            if reader is None:
-                reader = self._readers[agent_id] = CachedReader(self._core_locked(agent_id).db_path, load_vec=False)
-            return reader
+        """The agent's read-only connection (the index owner's; reopened after a file swap)."""
+        return self.core(agent_id).reader
 
     def record_embedding(self, agent_id: str, ok: bool) -> None:
         if ok:
@@ -422,14 +406,12 @@ class MemoryCoreProviderRuntime:
         return self.fence.prepare(retire_runtime, retiring_embedding_providers)
 
     def close_agent(self, agent_id: str) -> None:
-        """``closeMemorySearchManager``: close one agent's engine, core and reader (reopened on next use)."""
+        """``closeMemorySearchManager``: close one agent's index owner (its engine and reader with it;
+        reopened on next use)."""
         with self._lock:
-            reader = self._readers.pop(agent_id, None)
-            engine = self._engines.pop(agent_id, None)
             core = self._cores.pop(agent_id, None)
-        for item in (reader, engine, core):
-            if item is not None:
-                item.close()
+        if core is not None:
+            core.close()
 
     async def close_memory_search_manager(self, *, cfg: Any = None, agent_id: str) -> None:
         await asyncio.to_thread(self.close_agent, agent_id)
@@ -444,22 +426,9 @@ class MemoryCoreProviderRuntime:
 
     def _close_all_locked(self) -> None:
         self.pins.close()
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
-        for engine in self._engines.values():
-            engine.close()
         for core in self._cores.values():
             core.close()
-        self._engines.clear()
         self._cores.clear()
-
-
-def _provider_or_none(core: Any) -> Any:
-    try:
-        return core.provider
-    except MemoryCoreError:
-        return None
 
 
 class MemoryCoreProvider:
@@ -559,12 +528,17 @@ class MemoryCoreProvider:
         if "sessions" in sources and "sessions" not in cfg.sources:
             notes.append("memory-core: session transcripts are not indexed for this agent")
         query_vector = await self._embed(query) if not req.lexical_only else None
-        engine = await self._io(self._runtime.engine, self.agent_id)
+        core = self._runtime.core(self.agent_id)
         lexical_only = bool(req.lexical_only) or query_vector is None
         window = min(RESULT_WINDOW, max(max_results * WINDOW_PAGES, 24))
-        details = await self._io(engine.search_with_details, query, max_results=window, min_score=min_score,
-                                 sources=sources, lexical_only=lexical_only,
-                                 active_project_keys=req.active_project_keys or None, query_vector=query_vector)
+        # the owner's search: its freshness check (an answer that may miss changes says so), its
+        # engine and its pool, as for v1, MCP and the CLI
+        details, stale = await self._io(core.search_with_details, query, max_results=window, min_score=min_score,
+                                        sources=sources, lexical_only=lexical_only,
+                                        active_project_keys=req.active_project_keys or None,
+                                        query_vector=query_vector)
+        if stale and stale.get("warning"):
+            notes.append(f"memory-core: {stale['warning']}")
         raw = details.hits
         rows = await self._read(read_chunk_rows, [h.id for h in raw]) if raw else {}
         hits = []
@@ -682,8 +656,7 @@ class MemoryCoreProvider:
         if identity.get("state") == "mismatch":  # every search is refused until the rebuild
             keys = ", ".join(identity.get("mismatch") or []) or "settings"
             return MemoryHealth(status="unavailable", message=PAUSED_INDEX.format(keys=keys), details=details)
-        fresh = core.__dict__.get("_freshness")  # only a serving engine has one
-        if fresh is not None and fresh.last_sync_error:
+        if core.last_sync_error:
             return MemoryHealth(status="degraded", message=DEGRADED_SYNC, details=details)
         failed_at = self._runtime.embedding_failure(self.agent_id)
         if failed_at is not None:

@@ -15,43 +15,8 @@ from memory_core.store.access import index_errors
 
 
 def engine_for(core: Any) -> SearchEngine:
-    """The core's SearchEngine (created once): identity check and the empty-index bootstrap sync wired in."""
-    engine = getattr(core, "_search_engine", None)
-    if engine is not None:
-        return engine
-    state = {"bootstrapped": False}
-
-    def identity_check() -> list[str] | None:
-        ident = core.identity_state()
-        return ident["mismatch"] if ident["state"] == "mismatch" else None
-
-    def on_empty_index() -> None:
-        # spec §1.3: the first search on an empty index runs one forced synchronous sync
-        if state["bootstrapped"]:
-            return
-        state["bootstrapped"] = True
-        core.sync(reason="search", force=True)
-
-    # MemoryCore.search runs core.before_search() (freshness: bootstrap sync of an empty index, dirty
-    # sync); without that hook the engine runs the forced bootstrap sync itself.
-    has_freshness = callable(getattr(core, "before_search", None))
-    from workers.shared import retriever_for  # snapshot reads in the retrieval pool (pool.workers=0: in-process)
-
-    engine = SearchEngine(core.config, core.db_path, core.provider, identity_check=identity_check,
-                          on_empty_index=None if has_freshness else on_empty_index, retriever=retriever_for(core))
-    core._search_engine = engine
-    return engine
-
-
-def core_search(core: Any, query: str, **kwargs: Any) -> list[SearchHit]:
-    return engine_for(core).search(query, **kwargs)
-
-
-def close_engine(core: Any) -> None:
-    engine = getattr(core, "_search_engine", None)
-    if engine is not None:
-        engine.close()
-        core._search_engine = None
+    """The core's one SearchEngine (owned by the core: :attr:`MemoryCore.search_engine`)."""
+    return core.search_engine
 
 
 def _is_indexed_session(db_path: str, rel_path: str) -> bool:
@@ -87,5 +52,5 @@ def core_get(core: Any, path: str, *, from_: int | None = None, lines: int | Non
 
 
 def search_many(core: Any, queries: Sequence[str], **kwargs: Any) -> list[list[SearchHit]]:
-    engine = engine_for(core)
+    engine = core.search_engine
     return [engine.search(q, **kwargs) for q in queries]

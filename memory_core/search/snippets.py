@@ -80,7 +80,7 @@ def chunk_texts(db_path: str, ids: list[str]) -> dict[str, str]:
     if not ids:
         return {}
     try:
-        from host_facades.engine_knn import open_readonly
+        from host_facades.sqlite_read import open_readonly
 
         conn = open_readonly(db_path, load_vec=False)
     except Exception:  # the hits' own snippets are shown instead

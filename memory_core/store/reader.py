@@ -7,16 +7,42 @@ Used by the in-process search engine and by the provider runtime's point reads.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import apsw
 
-from host_facades.sqlite_read import open_readonly
+from host_facades.sqlite_read import DatabaseUnreadable, open_readonly
 from memory_core.errors import IndexBusy
 from memory_core.store.access import index_errors
+
+OPEN_ATTEMPTS = 5
+_UNVERIFIED = itertools.count(1)
+
+
+# what a read-only open or read can raise while another process swaps the file in (its -wal/-shm
+# are moved aside around the rename): transient, gone once the new file is in place
+TRANSIENT_ERRORS = (apsw.ReadOnlyError, apsw.BusyError, apsw.CantOpenError)
+
+
+def open_readonly_retrying(db_path: str, *, load_vec: bool, attempts: int = 8) -> apsw.Connection:
+    """:func:`open_readonly`, retried with a short backoff while the failure is one a file swap by
+    another process causes (the -shm of the old file met, a lock held across the rename)."""
+    for attempt in range(attempts):
+        try:
+            return open_readonly(db_path, load_vec=load_vec)
+        except DatabaseUnreadable as exc:
+            if exc.code == "index_corrupt" or attempt == attempts - 1:
+                raise
+        except TRANSIENT_ERRORS:
+            if attempt == attempts - 1:
+                raise
+        time.sleep(min(0.2, 0.01 * (2 ** attempt)))
+    raise AssertionError("unreachable")
 
 
 def file_ident(path: str) -> tuple[int, int] | None:
@@ -52,17 +78,21 @@ class CachedReader:
         if self.conn is None or ident != self.ident:
             self.close()
             conn = None
-            for _attempt in range(3):
-                conn = open_readonly(self.db_path, load_vec=self.load_vec)
+            for _attempt in range(OPEN_ATTEMPTS):
+                conn = open_readonly_retrying(self.db_path, load_vec=self.load_vec)
                 after = file_ident(self.db_path)
                 if after == ident:
+                    break
+                if _attempt == OPEN_ATTEMPTS - 1:
+                    # Still being swapped: conn has one complete generation open, only which one is
+                    # unknown. Read it under an identity no file has (the next call reopens): a
+                    # search never fails because another process rebuilds the index.
+                    ident = (-1, next(_UNVERIFIED))
                     break
                 conn.close()  # swapped while opening: the identity must name the file conn has open
                 conn, ident = None, after
                 if ident is None:
                     return None
-            if conn is None:
-                raise IndexBusy(f"the index file {self.db_path} kept being replaced while opening it; search again")
             self.conn = conn
             self.ident = ident
         return self.conn
@@ -71,14 +101,19 @@ class CachedReader:
         """``fn(conn)`` under this reader's lock; FileNotFoundError when the index was never built,
         IndexCorrupt when the file is not a readable database. A handle that raised is closed, never reused."""
         with self._lock, index_errors(self.db_path):
-            conn = self.get()
-            if conn is None:
-                raise FileNotFoundError(f"memory index database not found: {self.db_path}; run `memory-core index`")
-            try:
-                return fn(conn)
-            except Exception:
-                self.close()
-                raise
+            for attempt in range(3):
+                conn = self.get()
+                if conn is None:
+                    raise FileNotFoundError(f"memory index database not found: {self.db_path}; run `memory-core index`")
+                try:
+                    return fn(conn)
+                except TRANSIENT_ERRORS:
+                    self.close()
+                    if attempt == 2:
+                        raise
+                except Exception:
+                    self.close()
+                    raise
 
     def close(self) -> None:
         with self._lock:

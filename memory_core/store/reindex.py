@@ -141,6 +141,57 @@ def sweep_temp_files(db_path: str, *, max_age_s: float = TEMP_MAX_AGE_S, now: fl
     return removed
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _temp_owner(db_path: str, path: str) -> int | None:
+    """The pid in ``<db>.tmp-<pid>-<uuid>[-wal|-shm|-journal]`` (None for names without one)."""
+    rest = path[len(db_path) + len(".tmp-"):]
+    head = rest.split("-", 1)[0]
+    return int(head) if head.isdigit() and "-" in rest else None
+
+
+def sweep_dead_temp_files(db_path: str, *, lock_held: bool = False) -> list[str]:
+    """Delete the temp databases (and sidecars) of rebuilds whose process is gone, whatever their
+    age; returns them. With the reindex lock free (taken here for the sweep) or held by the caller
+    (``lock_held``) no rebuild runs, so every temp file is a leftover; while another process holds
+    it, only files whose recorded pid is dead are removed."""
+    db_path = os.path.abspath(db_path)
+    if not glob.glob(glob.escape(db_path) + ".tmp-*"):
+        return []
+    fd = None
+    free = lock_held
+    if not lock_held:
+        try:
+            fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            free = True
+        except OSError:
+            free = False
+    try:
+        removed = []
+        for path in sorted(glob.glob(glob.escape(db_path) + ".tmp-*")):
+            owner = _temp_owner(db_path, path)
+            if not free and (owner is None or owner == os.getpid() or _pid_alive(owner)):
+                continue
+            with contextlib.suppress(OSError):
+                _remove(path)
+                removed.append(path)
+        return removed
+    finally:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
 def swap_into_place(temp_path: str, db_path: str) -> None:
     """Rename ``temp_path`` over ``db_path`` after moving the target's -wal/-shm aside (with rollback)."""
     backup = f"{db_path}.backup-{uuid.uuid4().hex}"
@@ -182,8 +233,9 @@ def atomic_reindex(
     """
     db_path = os.path.abspath(db_path)
     with reindex_lock(db_path):
+        sweep_dead_temp_files(db_path, lock_held=True)
         sweep_temp_files(db_path)
-        temp = f"{db_path}.tmp-{uuid.uuid4().hex}"
+        temp = f"{db_path}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
         writer: IndexWriter | None = None
         live_closed = False
         try:

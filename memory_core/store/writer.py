@@ -8,8 +8,8 @@ tombstones, index meta, and the embedding cache (it implements ``EmbeddingCacheS
 from __future__ import annotations
 
 import contextlib
-import json
 import functools
+import json
 import os
 import threading
 import time
@@ -23,6 +23,7 @@ from host_facades.engine_indexing import chunk_id
 from host_facades.sqlite_ext import load_sqlite_vec
 from host_facades.sqlite_read import open_readonly
 from host_facades.vectors import decode_vector, encode_vector
+from memory_core.errors import IndexBusy
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors
 from memory_core.store.perms import create_private_file
@@ -30,6 +31,7 @@ from memory_core.store.perms import create_private_file
 FTS_ONLY_MODEL = "fts-only"
 LAST_SYNC_KEY = "memory_index_last_sync_v1"
 _IN_BATCH = 500
+OPEN_ATTEMPTS = 20  # opens raced by another process's file swap before giving up (IndexBusy)
 
 
 def _now_ms() -> int:
@@ -43,7 +45,14 @@ def _serialized(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._wlock:
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except apsw.ReadOnlyError:
+                # SQLITE_READONLY_DBMOVED: another process swapped the file in during this call (its
+                # transaction rolled back); run it once more on the new file
+                if self._bulk is not None or self.conn is None or self._file_identity() == self._inode:
+                    raise
+                return method(self, *args, **kwargs)
 
     return wrapper
 
@@ -82,6 +91,10 @@ class IndexWriter:
         self.fts_error: str | None = None
         self.conn: apsw.Connection | None = None
         self._inode: tuple[int, int] | None = None
+        # reopened after a swap by another process: what this writer published to the old file may
+        # be missing from the new one (the owner's freshness re-checks everything then)
+        self.reopens = 0
+        self.on_reopen: Any = None
         self._open()
 
     # ------------------------------------------------------------------ connection
@@ -89,6 +102,28 @@ class IndexWriter:
         """Open (or create) the file; :class:`StateDirNotWritable` when its folder cannot be written,
         :class:`IndexCorrupt` when the file is not a readable database."""
         ensure_writable_dir(self.db_path)
+        for attempt in range(OPEN_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.05, 0.002 * 2 ** attempt))  # let the other process finish its rename
+            ident = self._file_identity()
+            try:
+                conn = self._connect()
+            except apsw.ReadOnlyError:
+                # the file was swapped while opening it (SQLITE_READONLY_DBMOVED; an inode number
+                # can come back, so the identity alone cannot tell): open the file there now
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                continue
+            after = self._file_identity()
+            if after == ident or ident is None:  # unchanged, or this open created the file
+                break
+            conn.close()  # swapped while opening: the identity must name the file conn has open
+        else:
+            raise IndexBusy(f"the index file {self.db_path} kept being replaced while opening it; retry")
+        self.conn = conn
+        self._inode = after
+
+    def _connect(self) -> apsw.Connection:
         with index_errors(self.db_path):
             if os.path.exists(self.db_path):
                 # read the header without write access first: a read-write open of a file that is no
@@ -114,8 +149,7 @@ class IndexWriter:
             except BaseException:
                 conn.close()
                 raise
-        self.conn = conn
-        self._inode = self._file_identity()
+        return conn
 
     def _file_identity(self) -> tuple[int, int] | None:
         try:
@@ -125,21 +159,39 @@ class IndexWriter:
         return (st.st_dev, st.st_ino)
 
     def _c(self) -> apsw.Connection:
-        """The connection, reopened first when the file was swapped underneath (atomic reindex)."""
+        """The connection, reopened first when the file was swapped underneath (another process's
+        atomic reindex). Callers hold ``_wlock`` for the whole use of the connection: the reopen
+        closes the old one, which must never happen under another thread's statement."""
         if self.conn is None:
             raise RuntimeError("IndexWriter is closed")
-        if self._file_identity() != self._inode:
+        if self._bulk is None and self._file_identity() != self._inode:
             self.conn.close()
             self.conn = None
             self._open()
+            self.reopens += 1
+            if self.on_reopen is not None:
+                self.on_reopen()
         assert self.conn is not None
         return self.conn
 
+    def replaced(self) -> bool:
+        """Another process renamed a new file over the one this writer has open (one stat)."""
+        return self.conn is not None and self._file_identity() != self._inode
+
+    @_serialized
+    def check_swapped(self) -> bool:
+        """Reopen now when the file was replaced by another process; True when it was."""
+        before = self.reopens
+        if self.conn is not None:
+            self._c()
+        return self.reopens != before
+
+    @_serialized
     def close(self, *, checkpoint: bool = True) -> None:
         if self.conn is None:
             return
         try:
-            if checkpoint:
+            if checkpoint and self._file_identity() == self._inode:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except apsw.Error:
             pass
@@ -185,25 +237,30 @@ class IndexWriter:
 
     # ------------------------------------------------------------------ facts
     @property
+    @_serialized
     def revision(self) -> int:
         return schema.read_revision(self._c())
 
     @property
+    @_serialized
     def vec_dims(self) -> int | None:
         if not self.vector_available:
             return None
         return schema.vec_table_dims(self._c())
 
+    @_serialized
     def indexed_hashes(self, source: str) -> dict[str, str]:
         rows = self._c().execute("SELECT path, hash FROM memory_index_sources WHERE source = ?", (source,))
         return {p: h for p, h in rows}
 
+    @_serialized
     def indexed_stats(self, source: str) -> dict[str, tuple[float | None, int | None, str]]:
         rows = self._c().execute(
             "SELECT path, mtime, size, hash FROM memory_index_sources WHERE source = ?", (source,)
         )
         return {p: (m, s, h) for p, m, s, h in rows}
 
+    @_serialized
     def counts(self) -> dict[str, Any]:
         """Files and chunks per source, and whether any chunk carries a semantic vector."""
         conn = self._c()
@@ -218,6 +275,7 @@ class IndexWriter:
             "has_semantic_chunks": self.has_semantic_chunks(),
         }
 
+    @_serialized
     def has_semantic_chunks(self) -> bool:
         row = self._c().execute(
             "SELECT 1 FROM memory_index_chunks WHERE model != ? LIMIT 1", (FTS_ONLY_MODEL,)
@@ -238,6 +296,7 @@ class IndexWriter:
     def write_meta(self, meta: dict) -> None:
         self.set_meta_value(schema.META_KEY, json.dumps(meta, sort_keys=True))
 
+    @_serialized
     def get_meta_value(self, key: str) -> str | None:
         row = self._c().execute("SELECT value FROM memory_index_meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
@@ -256,6 +315,7 @@ class IndexWriter:
                 )
 
     # ------------------------------------------------------------------ publication
+    @_serialized
     def is_forgotten(self, path: str, source: str = "sessions") -> bool:
         row = self._c().execute(
             "SELECT 1 FROM memory_index_forgotten WHERE source = ? AND path = ?", (source, path)
@@ -463,18 +523,21 @@ class IndexWriter:
             conn.execute("DELETE FROM memory_index_sources WHERE path = ? AND source = 'sessions'", (path,))
         return n
 
+    @_serialized
     def is_indexed(self, path: str, source: str) -> bool:
         row = self._c().execute(
             "SELECT 1 FROM memory_index_sources WHERE source = ? AND path = ?", (source, path)
         ).fetchone()
         return row is not None
 
+    @_serialized
     def forgotten_paths(self) -> list[tuple[str, str, int]]:
         return [tuple(r) for r in self._c().execute(
             "SELECT source, path, forgotten_at FROM memory_index_forgotten ORDER BY source, path"
         )]
 
     # ------------------------------------------------------------------ embedding cache
+    @_serialized
     def get_many(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Cached vectors for ``hashes`` under one provider identity (EmbeddingCacheStore)."""
         if not self.cache_enabled:
@@ -534,6 +597,7 @@ class IndexWriter:
             )
         return excess
 
+    @_serialized
     def cache_count(self) -> int:
         return int(self._c().execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
 
@@ -641,6 +705,7 @@ class IndexWriter:
             )
         return True
 
+    @_serialized
     def integrity_check(self, *, quick: bool = False) -> str:
         pragma = "quick_check" if quick else "integrity_check"
         return str(self._c().execute(f"PRAGMA {pragma}").fetchone()[0])

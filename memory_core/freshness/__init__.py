@@ -1,5 +1,9 @@
-"""Keep the index fresh while serving: dirty state, debounce, interval, session deltas, cheap
-reconcile, one sync at a time, staleness (spec §1.3-1.4, §6.1 steps 3 and 5; provider-runtime §3.3).
+"""Keep the index fresh while serving: dirty state, debounce, interval, bounded reconcile, one
+sync at a time (spec §1.3-1.4, §6.1 steps 3 and 5; provider-runtime §3.3).
+
+Three parts: this module's :class:`Freshness` is the scheduling (what is behind, when to sync or
+reconcile); :mod:`memory_core.freshness.sessions` decides when an appended transcript is worth a
+sync; :mod:`memory_core.freshness.report` words the staleness report of an answer.
 
 :class:`Freshness` is the per-agent sync scheduler. It is fed by the watcher
 (:mod:`memory_core.watcher`) and by searches (:meth:`Freshness.before_search`), and it runs syncs
@@ -8,9 +12,15 @@ requests made while a sync runs join it (when it covers them) or are merged into
 
 What makes the index "behind" is tracked explicitly: the dirty paths (memory files from watch
 events, transcripts past their delta thresholds, archives at once), a "full" flag (a folder came or
-went, a watcher restart), and the paths the running sync is publishing. A search reports
-``stale``/``warning``/``action`` while anything is behind, while the index identity is paused, or
-while the last sync failed.
+went, a watcher restart, the index file replaced by another process), the paths the running sync
+is publishing, and the files whose publish failed (retried with backoff until it succeeds). A file
+counts as published ("verified") only when its sync succeeded for it and it did not change while
+being synced. A search reports ``stale``/``warning``/``action`` while anything is behind, while the
+index identity is paused, or while the last sync failed.
+
+Cost: with a healthy watcher a search does no filesystem walk. Without one (a library
+``MemoryCore``, a one-shot CLI) a search runs the reconcile (stat of every source) at most once per
+``reconcile_interval_s``; the searches in between only read the index.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory_core.errors import IndexUnreadable, reason_of
+from memory_core.freshness import report
+from memory_core.freshness.sessions import SessionDeltas, count_newlines, is_session_path
 from memory_core.sources import stat_matches
 from memory_core.watcher import (
     KIND_MEMORY,
@@ -41,7 +53,11 @@ from memory_core.watcher import (
 log = logging.getLogger(__name__)
 
 FULL_RECONCILE_INTERVAL_S = 15 * 60   # SESSION_PRUNE_RECONCILE_INTERVAL_MS
-_READ_BLOCK = 1 << 20
+
+__all__ = ["Freshness", "FreshnessSettings", "count_newlines"]
+
+# problem codes of a file whose publish failed (its previous rows kept): retried, reported as stale
+RETRIED_PROBLEMS = ("publish_failed", "prepare_failed")
 
 SyncFn = Callable[[Sequence[str] | None, str, bool], Any]
 # abs path -> (mtime_ms | None, size | None) of every indexed source (memory and sessions)
@@ -62,6 +78,7 @@ class FreshnessSettings:
     delta_messages: int = 50
     full_reconcile_s: float = FULL_RECONCILE_INTERVAL_S
     reconcile_min_interval_s: float = 1.0     # throttle of the pre-search reconcile while the watcher is healthy
+    reconcile_interval_s: float = 2.0         # without a watcher: a search reconciles at most this often
     health_check_s: float = 30.0              # background watcher check + cheap reconcile
     retry_backoff_s: tuple[float, float] = (2.0, 300.0)
 
@@ -75,16 +92,10 @@ class FreshnessSettings:
             "on_search": bool(sync.on_search),
             "delta_bytes": int(sync.sessions.delta_bytes),
             "delta_messages": int(sync.sessions.delta_messages),
+            "reconcile_interval_s": float(sync.reconcile_interval_ms) / 1000.0,
         }
         values.update(overrides)
         return cls(**values)
-
-
-@dataclass
-class _SessionDelta:
-    offset: int = 0          # bytes of the file already accounted for
-    pending_bytes: int = 0
-    pending_messages: int = 0
 
 
 @dataclass
@@ -97,6 +108,7 @@ class _Job:
     known_changed: set[str] = field(default_factory=set)
     full_changed: bool = False
     started_at: float | None = None
+    epoch: int = 0                     # Freshness._epoch when it started (an invalidation voids its stats)
 
     def covers(self, paths: set[str] | None, force: bool) -> bool:
         if force and not self.force:
@@ -112,23 +124,6 @@ def _stat(path: str) -> tuple[float, int] | None:
     except OSError:
         return None
     return (st.st_mtime_ns / 1e6, st.st_size)
-
-
-def count_newlines(path: str, start: int, end: int, *, stop_at: int | None = None) -> int:
-    """Newlines in bytes [start, end) of a file, read in 1 MiB blocks (never the whole file)."""
-    n = 0
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        left = end - start
-        while left > 0:
-            block = fh.read(min(_READ_BLOCK, left))
-            if not block:
-                break
-            left -= len(block)
-            n += block.count(b"\n")
-            if stop_at is not None and n >= stop_at:
-                break
-    return n
 
 
 class Freshness:
@@ -148,6 +143,7 @@ class Freshness:
         skipped_fn: IndexedFn | None = None,
         action_command: str = "memory-core index",
         on_dirty: Callable[[bool], None] | None = None,
+        abs_fn: Callable[[str], str] | None = None,
     ) -> None:
         self.settings = settings or FreshnessSettings()
         self.agent_id = agent_id
@@ -160,6 +156,7 @@ class Freshness:
         self._skipped_fn = skipped_fn
         self._action_command = action_command
         self._on_dirty = on_dirty
+        self._abs_fn = abs_fn or (lambda rel: os.path.abspath(os.path.join(targets.workspace, rel)))
 
         self._cond = threading.Condition(threading.RLock())
         self._dirty_paths: set[str] = set()
@@ -172,13 +169,16 @@ class Freshness:
         self._next_health: float | None = None
         self._queued: _Job | None = None
         self._running: _Job | None = None
-        self._sessions: dict[str, _SessionDelta] = {}
+        self._sessions = SessionDeltas(self.settings.delta_bytes, self.settings.delta_messages)
         self._verified: dict[str, tuple[float, int] | None] = {}
+        self._problems: dict[str, str] = {}   # abs path -> why its last publish failed (dirty, retried)
+        self._epoch = 0                       # bumped by invalidate(): verified stats before it are void
         self._forgotten: set[str] = set()
         self._closed = False
         self._thread: threading.Thread | None = None
         self._bootstrapped = False
         self._last_reconcile = 0.0
+        self._reconciled_once = False
         self._reconcile_due = False
         self._last_enumeration: float | None = None  # last full listing: a full sync or a cheap reconcile
         self._watcher_was_dead = False
@@ -199,68 +199,10 @@ class Freshness:
 
     @classmethod
     def for_core(cls, core: Any, settings: FreshnessSettings | None = None) -> Freshness:
-        """A scheduler over a :class:`memory_core.core.MemoryCore` (its sync, writer and sources)."""
-        from memory_core import sources as src
-        from memory_core.store.access import index_errors
+        """A scheduler over a :class:`memory_core.core.MemoryCore` (see :mod:`memory_core.freshness.binding`)."""
+        from memory_core.freshness.binding import freshness_for_core
 
-        config = core.config
-        workspace = os.path.abspath(core.workspace)
-        with_sessions = "sessions" in (config.sources or [])
-        sessions_dir = _core_sessions_dir(core) if with_sessions else None
-        extra = list(config.extra_paths or [])
-        extra_raw = [e if isinstance(e, str) else {"path": e.path, "pattern": e.pattern} for e in extra]
-
-        def list_fn() -> tuple[list[str], list[str]]:
-            mem = [os.path.abspath(p) for p in src.list_memory_files(workspace, extra_raw)]
-            ses = [os.path.abspath(p) for p in src.list_session_files(sessions_dir)] if sessions_dir else []
-            return mem, ses
-
-        def indexed_fn() -> dict[str, tuple[float | None, int | None]]:
-            out: dict[str, tuple[float | None, int | None]] = {}
-            with index_errors(core.db_path):
-                rows = _read_index_rows(core.db_path, "sources")
-            for source, rel, mtime, size in rows:
-                out[_abs_for(rel, source, workspace, sessions_dir)] = (mtime, size)
-            return out
-
-        def forgotten_fn() -> list[str]:
-            with index_errors(core.db_path):
-                rows = _read_index_rows(core.db_path, "forgotten")
-            return [_abs_for(rel, source, workspace, sessions_dir) for source, rel in rows]
-
-        def skipped_fn() -> dict[str, tuple[float | None, int | None]]:
-            with index_errors(core.db_path):
-                rows = _read_index_rows(core.db_path, "skipped")
-            return {_abs_for(rel, source, workspace, sessions_dir): (mtime, size)
-                    for source, rel, mtime, size in rows}
-
-        def sync_fn(paths: Sequence[str] | None, reason: str, force: bool) -> Any:
-            rel = None if paths is None else sorted({_rel_for(p, workspace, sessions_dir) for p in paths})
-            return core.sync(reason=reason, force=force, paths=rel)
-
-        def paused_fn() -> str | None:
-            try:
-                state = core.identity_state()
-            except Exception:  # noqa: BLE001 - unreadable meta (e.g. mid-swap) is not a pause; search reports it
-                return None
-            if state.get("state") == "mismatch":
-                changed = ", ".join(state.get("mismatch") or []) or "settings"
-                return f"the index was built with different settings ({changed} changed); search is paused"
-            return None
-
-        return cls(
-            sync_fn=sync_fn,
-            indexed_fn=indexed_fn,
-            list_fn=list_fn,
-            targets=WatchTargets.build(workspace, extra_raw, sessions_dir),
-            settings=settings or FreshnessSettings.from_config(config),
-            agent_id=core.agent_id,
-            paused_fn=paused_fn,
-            forgotten_fn=forgotten_fn,
-            skipped_fn=skipped_fn,
-            action_command=f"memory-core index --agent {core.agent_id}",
-            on_dirty=lambda dirty: setattr(core, "dirty", dirty),
-        )
+        return freshness_for_core(cls, core, settings)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -367,14 +309,6 @@ class Freshness:
 
     # ------------------------------------------------------------------ session deltas
 
-    def _threshold_reached(self, d: _SessionDelta) -> bool:
-        s = self.settings
-        if s.delta_bytes <= 0 and s.delta_messages <= 0:
-            return d.pending_bytes > 0 or d.pending_messages > 0
-        return (s.delta_bytes > 0 and d.pending_bytes >= s.delta_bytes) or (
-            s.delta_messages > 0 and d.pending_messages >= s.delta_messages
-        ) or (s.delta_bytes <= 0 and d.pending_bytes > 0) or (s.delta_messages <= 0 and d.pending_messages > 0)
-
     def _session_event(self, path: str, *, deleted: bool) -> bool:
         """Account appended bytes/newlines of a transcript; True when it became dirty."""
         with self._cond:
@@ -384,39 +318,12 @@ class Freshness:
             return self._mark(path, "session-archive")
         st = None if deleted else _stat(path)
         with self._cond:
-            if st is None:
-                self._sessions.pop(path, None)
-                self._dirty_paths.add(path)
-                self._dirty_reasons.add("session-deleted")
-                return True
-            d = self._sessions.get(path)
-            if d is None:
-                d = self._sessions[path] = _SessionDelta()
-            size = st[1]
-            if size < d.offset:
-                # Rewritten or truncated: the appended-bytes model no longer holds.
-                d.offset = size
-                self._dirty_paths.add(path)
-                self._dirty_reasons.add("session-rewritten")
-                return True
-            if path in self._dirty_paths or self._threshold_reached(d):
-                d.pending_bytes += size - d.offset
-                d.offset = size
-                self._dirty_paths.add(path)
-                return False
-            start, d.offset = d.offset, size
-            d.pending_bytes += size - start
-            if size > start and not self._threshold_reached(d):
-                need = self.settings.delta_messages - d.pending_messages if self.settings.delta_messages > 0 else 1
-                try:
-                    d.pending_messages += count_newlines(path, start, size, stop_at=need)
-                except OSError:
-                    self._dirty_paths.add(path)
-                    return True
-            if self._threshold_reached(d):
-                self._dirty_paths.add(path)
-                self._dirty_reasons.add("session-delta")
-                return True
+            already = path in self._dirty_paths
+        why = self._sessions.on_change(path, st, already_dirty=already)
+        if why is not None:
+            return self._mark(path, why)
+        if already:
+            self._mark(path, "session-delta")
         return False
 
     def _seed_session_offsets(self) -> None:
@@ -427,23 +334,13 @@ class Freshness:
             indexed = self._indexed_fn()
         except Exception:  # noqa: BLE001 - an unreadable index just means no baseline
             return
-        prefix = self.targets.sessions_dir.rstrip(os.sep) + os.sep
-        with self._cond:
-            for path, (_mtime, size) in indexed.items():
-                if path.startswith(prefix) and size is not None and path not in self._sessions:
-                    self._sessions[path] = _SessionDelta(offset=int(size))
+        self._sessions.seed(indexed, self.targets.sessions_dir.rstrip(os.sep) + os.sep)
 
     def _is_session_path(self, path: str) -> bool:
-        sd = self.targets.sessions_dir
-        return bool(sd) and os.path.dirname(path) == sd.rstrip(os.sep) and not is_session_archive(path)
+        return is_session_path(path, self.targets.sessions_dir, is_session_archive(path))
 
     def session_deltas(self) -> dict[str, dict[str, int]]:
-        with self._cond:
-            return {
-                p: {"offset": d.offset, "pendingBytes": d.pending_bytes, "pendingMessages": d.pending_messages}
-                for p, d in self._sessions.items()
-                if d.pending_bytes or d.pending_messages
-            }
+        return self._sessions.pending()
 
     def forget_path(self, indexed_path: str) -> None:
         """A session was forgotten: stop tracking it (its tombstone keeps it out of the index)."""
@@ -451,11 +348,23 @@ class Freshness:
         if not sd:
             return
         path = os.path.join(sd, os.path.basename(indexed_path))
+        self._sessions.forget(path)
         with self._cond:
             self._forgotten.add(path)
             self._dirty_paths.discard(path)
-            self._sessions.pop(path, None)
+            self._problems.pop(path, None)
             self._verified[path] = _stat(path)
+
+    def invalidate(self, reason: str) -> None:
+        """Everything published so far may be gone (the index file was replaced by another process):
+        forget what was verified, mark everything dirty and sync (a full pass compares every file)."""
+        log.warning("memory freshness (%s): %s; re-checking every file", self.agent_id, reason)
+        with self._cond:
+            self._epoch += 1
+            self._verified = {}
+            self._dirty_full = True
+            self._dirty_reasons.add("index-replaced")
+        self._schedule(now=True)
 
     # ------------------------------------------------------------------ cheap reconcile
 
@@ -504,10 +413,7 @@ class Freshness:
             if path in skipped and stat_matches(skipped[path], st):
                 continue  # the last sync that read it skipped it as it is now: a problem, not a change
             if path in session_set and sessions_by_delta and not is_session_archive(path):
-                with self._cond:
-                    d = self._sessions.get(path)
-                    unseen = d is None or d.offset != st[1]
-                if unseen and self._session_event(path, deleted=False):
+                if self._sessions.unseen(path, st[1]) and self._session_event(path, deleted=False):
                     changed.append(path)
                 continue
             changed.append(path)
@@ -606,8 +512,9 @@ class Freshness:
                     return _RECONCILE
                 elif self._retry_deadline is not None and now >= self._retry_deadline:
                     self._retry_deadline = None
-                    if self._is_dirty_locked():
-                        job = _Job(paths=set(), reasons=["retry", *sorted(self._dirty_reasons)], include_dirty=True)
+                    if self._is_dirty_locked() or self._problems:
+                        job = _Job(paths=set(self._problems), reasons=["retry", *sorted(self._dirty_reasons)],
+                                   include_dirty=True)
                 elif self._next_interval is not None and now >= self._next_interval:
                     self._next_interval = now + self.settings.interval_minutes * 60
                     job = _Job(paths=None, reasons=["interval"], include_dirty=True)
@@ -640,6 +547,7 @@ class Freshness:
             # Targeted syncs never go longer than 15 minutes without a full enumeration (which prunes).
             job.paths = None
         job.started_at = now
+        job.epoch = self._epoch
 
     def _run_job(self, job: _Job) -> None:
         reason = ",".join(job.reasons) or "sync"
@@ -679,22 +587,13 @@ class Freshness:
                 self.last_sync_error = None
                 self.last_sync_error_at = None
                 self.last_sync_exception = None
-                self._retry_delay = self.settings.retry_backoff_s[0]
                 if job.paths is None:
                     self.last_full_sync_at = job.started_at
                     self._last_enumeration = job.started_at
                     self.last_full_sync_wall = self.last_sync_at
-                    self._verified = {}
-                for p, st in before.items():
-                    self._verified[p] = st
-                    d = self._sessions.get(p)
-                    if d is None and st is not None and self._is_session_path(p):
-                        d = self._sessions[p] = _SessionDelta()
-                    if d is not None:
-                        d.pending_bytes = 0
-                        d.pending_messages = 0
-                        if st is not None:
-                            d.offset = max(d.offset, st[1])
+                    if job.epoch == self._epoch:
+                        self._verified = {}
+                self._settle(job, before, self._failed_paths(result))
                 self._bootstrapped = True
             else:
                 self.last_sync_error = reason_of(error)
@@ -716,6 +615,48 @@ class Freshness:
             job.future.set_result(result)
         else:
             job.future.set_exception(error)
+
+    def _failed_paths(self, result: Any) -> dict[str, str]:
+        """Absolute path -> message of every file a sync could not publish (its old rows were kept)."""
+        out: dict[str, str] = {}
+        for p in getattr(result, "problems", None) or []:
+            if isinstance(p, dict) and p.get("code") in RETRIED_PROBLEMS and p.get("path"):
+                out[self._abs_fn(str(p["path"]))] = str(p.get("message") or p["code"])
+        return out
+
+    def _settle(self, job: _Job, before: dict[str, tuple[float, int] | None], failed: dict[str, str]) -> None:
+        """After a sync that returned (lock held): a covered file is verified only when its publish
+        succeeded and it did not change while being synced, and only when no invalidation came in
+        between; a failed one is retried with backoff, a changed one synced again."""
+        current = job.epoch == self._epoch
+        again = False
+        for p, st in before.items():
+            if p in failed:
+                self._problems[p] = failed[p]
+                self._verified.pop(p, None)
+                continue
+            self._problems.pop(p, None)
+            if _stat(p) != st:
+                self._dirty_paths.add(p)  # changed during its own sync: what was published is older
+                self._dirty_reasons.add("changed-during-sync")
+                self._verified.pop(p, None)
+                again = True
+                continue
+            if current:
+                self._verified[p] = st
+            self._sessions.synced(p, st, is_session=self._is_session_path(p))
+        for p, message in failed.items():
+            self._problems.setdefault(p, message)
+        if failed:
+            log.warning("memory sync: %d file(s) could not be published; retrying in %.0f s",
+                        len(failed), self._retry_delay)
+            self._retry_deadline = time.monotonic() + self._retry_delay
+            self._retry_delay = min(self.settings.retry_backoff_s[1], self._retry_delay * 2)
+        elif not self._problems:
+            self._retry_delay = self.settings.retry_backoff_s[0]
+        if again:
+            self._debounce_deadline = time.monotonic() + self.settings.watch_debounce_ms / 1000.0
+            self._cond.notify_all()
 
     def _health_tick(self) -> None:
         try:
@@ -753,8 +694,13 @@ class Freshness:
         healthy = self.watching() and not restarted
         if not healthy:
             # No watcher (or it just died): only a reconcile can tell whether this answer is stale.
+            # It stats every source, so it runs at most once per reconcile_interval_s (and at once
+            # for the first search and after a watcher death); the searches in between only read.
             # An unreadable index file is this search's error, not something a sync can fix.
-            self.reconcile(sessions_by_delta=True, strict=True)
+            due = time.monotonic() - self._last_reconcile >= self.settings.reconcile_interval_s
+            if restarted or not self._reconciled_once or due:
+                self.reconcile(sessions_by_delta=True, strict=True)
+                self._reconciled_once = True
         elif time.monotonic() - self._last_reconcile >= self.settings.reconcile_min_interval_s:
             # The watcher is up: re-check for missed events in the background, at most once per
             # interval, so searches do not pay for a listing.
@@ -819,66 +765,34 @@ class Freshness:
             return sorted(out)
 
     def staleness(self) -> dict | None:
-        """Upstream ``resolveMemorySearchStaleness``: ``{stale: True, warning, action}`` or None."""
+        """Upstream ``resolveMemorySearchStaleness``: ``{stale: True, warning, action}`` or None
+        (worded by :mod:`memory_core.freshness.report`)."""
         paused = None
         if self._paused_fn is not None:
             try:
                 paused = self._paused_fn()
             except Exception as exc:  # noqa: BLE001
                 paused = str(exc)
-        if paused:
-            return {
-                "stale": True,
-                "warning": f"Memory index is stale: {paused}. Search results may be incomplete.",
-                "action": f"Run: {self._action_command} --force",
-            }
-        if self.last_sync_error:
-            return {
-                "stale": True,
-                "warning": f"Memory index is stale: {self.last_sync_error}. Search results may be incomplete.",
-                "action": f"Run: {self._action_command}",
-            }
-        if self.is_behind():
-            return {
-                "stale": True,
-                "warning": "Memory index is dirty. Search results may be incomplete.",
-                "action": f"Run: {self._action_command}",
-            }
-        return None
+        with self._cond:
+            problems = dict(self._problems)
+        return report.staleness(paused=paused, sync_error=self.last_sync_error, problems=problems,
+                                behind=self.is_behind(), action_command=self._action_command,
+                                display=self.display)
 
     def status(self) -> dict:
-        """Fields for ``memory-core status``: dirty, last sync, error, pending paths, watcher."""
+        """Fields for ``memory-core status``: dirty, last sync, error, problems, pending paths, watcher."""
+        return report.status(self)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What is behind, in one consistent read (worded by :func:`report.status`)."""
         pending = self.pending_paths()
         with self._cond:
-            running = self._running
-            return {
-                "dirty": self._is_dirty_locked(),
-                "behind": self.is_behind(),
-                "fullSyncPending": self._dirty_full,
-                "pendingPaths": [self._display(p) for p in pending[:100]],
-                "pendingCount": len(pending),
-                "syncRunning": running is not None,
-                "syncQueued": self._queued is not None,
-                "lastSyncAt": self.last_sync_at,
-                "lastSyncReason": self.last_sync_reason,
-                "lastSyncError": self.last_sync_error,
-                "lastSyncErrorAt": self.last_sync_error_at,
-                "lastFullSyncAt": self.last_full_sync_wall,
-                "lastReconcileAt": self.last_reconcile_at,
-                "syncCount": self.sync_count,
-                "sessionDeltas": {self._display(p): v for p, v in self.session_deltas().items()},
-                "watcher": self.watcher.status() if self.watcher is not None else {"state": "disabled"},
-                "settings": {
-                    "watch": self.settings.watch,
-                    "watchDebounceMs": self.settings.watch_debounce_ms,
-                    "intervalMinutes": self.settings.interval_minutes,
-                    "onSearch": self.settings.on_search,
-                    "deltaBytes": self.settings.delta_bytes,
-                    "deltaMessages": self.settings.delta_messages,
-                },
-            }
+            return {"dirty": self._is_dirty_locked(), "behind": self.is_behind(), "full": self._dirty_full,
+                    "pending": pending, "running": self._running is not None, "queued": self._queued is not None,
+                    "problems": dict(self._problems)}
 
-    def _display(self, path: str) -> str:
+    def display(self, path: str) -> str:
+        """``path`` as status shows it: workspace-relative, ``sessions/<name>`` for a transcript."""
         sd = self.targets.sessions_dir
         if sd and path.startswith(sd.rstrip(os.sep) + os.sep):
             return "sessions/" + os.path.basename(path)
@@ -888,55 +802,3 @@ class Freshness:
 
 _HEALTH = object()
 _RECONCILE = object()
-
-
-
-def _abs_for(rel: str, source: str, workspace: str, sessions_dir: str | None) -> str:
-    if source == "sessions" and sessions_dir:
-        return os.path.join(sessions_dir, os.path.basename(rel))
-    return os.path.normpath(os.path.join(workspace, rel))
-
-
-def _rel_for(path: str, workspace: str, sessions_dir: str | None) -> str:
-    """The indexed path of an absolute source path (``sessions/<name>`` for transcripts)."""
-    if sessions_dir and os.path.dirname(path) == sessions_dir.rstrip(os.sep):
-        return "sessions/" + os.path.basename(path)
-    from memory_core.sources import relative_source_path
-
-    return relative_source_path(workspace, path)
-
-
-def register(subparsers: Any, common: Any) -> None:
-    """CLI registry hook (``memory_core.cli.COMMAND_MODULES``): ``forget`` and ``watch``."""
-    from memory_core.forget_cli import register as _register
-
-    _register(subparsers, common)
-
-
-def _read_index_rows(db_path: str, what: str) -> list[tuple]:
-    """Source rows or skipped files (source, path, mtime, size), or tombstones (source, path),
-    through a short-lived read-only connection: never the writer's, which a full reindex closes
-    and swaps."""
-    if not os.path.exists(db_path):
-        return []
-    import apsw
-
-    from host_facades.sqlite_read import open_readonly
-
-    conn = open_readonly(db_path, load_vec=False)
-    try:
-        if what == "sources":
-            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_sources"))
-        if what == "skipped":
-            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_skipped"))
-        return list(conn.execute("SELECT source, path FROM memory_index_forgotten"))
-    except apsw.SQLError:
-        return []  # schema not created yet
-    finally:
-        conn.close()
-
-
-def _core_sessions_dir(core: Any) -> str | None:
-    from memory_core.indexer import resolve_sessions_dir
-
-    return resolve_sessions_dir(core.config, core.workspace)

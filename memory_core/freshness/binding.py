@@ -1,0 +1,123 @@
+"""How a :class:`~memory_core.freshness.Freshness` scheduler is bound to a ``MemoryCore``: what it
+lists (the sources a sync enumerates), what the index holds (read-only connections, never the
+writer's), how it syncs (``core.sync``) and what pauses it (the index identity).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from memory_core.freshness import FreshnessSettings
+from memory_core.watcher import WatchTargets
+
+
+def freshness_for_core(cls: Any, core: Any, settings: Any = None) -> Any:
+    """A scheduler over a :class:`memory_core.core.MemoryCore` (its sync, writer and sources)."""
+    from memory_core import sources as src
+    from memory_core.store.access import index_errors
+
+    config = core.config
+    workspace = os.path.abspath(core.workspace)
+    with_sessions = "sessions" in (config.sources or [])
+    sessions_dir = _core_sessions_dir(core) if with_sessions else None
+    extra = list(config.extra_paths or [])
+    extra_raw = [e if isinstance(e, str) else {"path": e.path, "pattern": e.pattern} for e in extra]
+
+    def list_fn() -> tuple[list[str], list[str]]:
+        mem = [os.path.abspath(p) for p in src.list_memory_files(workspace, extra_raw)]
+        ses = [os.path.abspath(p) for p in src.list_session_files(sessions_dir)] if sessions_dir else []
+        return mem, ses
+
+    def indexed_fn() -> dict[str, tuple[float | None, int | None]]:
+        out: dict[str, tuple[float | None, int | None]] = {}
+        with index_errors(core.db_path):
+            rows = _read_index_rows(core.db_path, "sources")
+        for source, rel, mtime, size in rows:
+            out[_abs_for(rel, source, workspace, sessions_dir)] = (mtime, size)
+        return out
+
+    def forgotten_fn() -> list[str]:
+        with index_errors(core.db_path):
+            rows = _read_index_rows(core.db_path, "forgotten")
+        return [_abs_for(rel, source, workspace, sessions_dir) for source, rel in rows]
+
+    def skipped_fn() -> dict[str, tuple[float | None, int | None]]:
+        with index_errors(core.db_path):
+            rows = _read_index_rows(core.db_path, "skipped")
+        return {_abs_for(rel, source, workspace, sessions_dir): (mtime, size)
+                for source, rel, mtime, size in rows}
+
+    def sync_fn(paths: Sequence[str] | None, reason: str, force: bool) -> Any:
+        rel = None if paths is None else sorted({_rel_for(p, workspace, sessions_dir) for p in paths})
+        return core.sync(reason=reason, force=force, paths=rel)
+
+    def paused_fn() -> str | None:
+        try:
+            state = core.identity_state()
+        except Exception:  # noqa: BLE001 - unreadable meta (e.g. mid-swap) is not a pause; search reports it
+            return None
+        if state.get("state") == "mismatch":
+            changed = ", ".join(state.get("mismatch") or []) or "settings"
+            return f"the index was built with different settings ({changed} changed); search is paused"
+        return None
+
+    return cls(
+        sync_fn=sync_fn,
+        indexed_fn=indexed_fn,
+        list_fn=list_fn,
+        targets=WatchTargets.build(workspace, extra_raw, sessions_dir),
+        settings=settings or FreshnessSettings.from_config(config),
+        agent_id=core.agent_id,
+        paused_fn=paused_fn,
+        forgotten_fn=forgotten_fn,
+        skipped_fn=skipped_fn,
+        action_command=f"memory-core index --agent {core.agent_id}",
+        on_dirty=lambda dirty: setattr(core, "dirty", dirty),
+        abs_fn=lambda rel: _abs_for(rel, "sessions" if rel.startswith("sessions/") else "memory",
+                                    workspace, sessions_dir),
+    )
+
+
+def _abs_for(rel: str, source: str, workspace: str, sessions_dir: str | None) -> str:
+    if source == "sessions" and sessions_dir:
+        return os.path.join(sessions_dir, os.path.basename(rel))
+    return os.path.normpath(os.path.join(workspace, rel))
+
+
+def _rel_for(path: str, workspace: str, sessions_dir: str | None) -> str:
+    """The indexed path of an absolute source path (``sessions/<name>`` for transcripts)."""
+    if sessions_dir and os.path.dirname(path) == sessions_dir.rstrip(os.sep):
+        return "sessions/" + os.path.basename(path)
+    from memory_core.sources import relative_source_path
+
+    return relative_source_path(workspace, path)
+
+
+def _read_index_rows(db_path: str, what: str) -> list[tuple]:
+    """Source rows or skipped files (source, path, mtime, size), or tombstones (source, path),
+    through a short-lived read-only connection: never the writer's."""
+    if not os.path.exists(db_path):
+        return []
+    import apsw
+
+    from memory_core.store.reader import open_readonly_retrying
+
+    conn = open_readonly_retrying(db_path, load_vec=False)  # a swap by another process is retried
+    try:
+        if what == "sources":
+            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_sources"))
+        if what == "skipped":
+            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_skipped"))
+        return list(conn.execute("SELECT source, path FROM memory_index_forgotten"))
+    except apsw.SQLError:
+        return []  # schema not created yet
+    finally:
+        conn.close()
+
+
+def _core_sessions_dir(core: Any) -> str | None:
+    from memory_core.indexer import resolve_sessions_dir
+
+    return resolve_sessions_dir(core.config, core.workspace)
