@@ -56,3 +56,23 @@ def test_cli_search_shows_the_matching_line_of_a_long_chunk(tmp_path, monkeypatc
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[1].startswith("memory/notes.md#L1-")
     assert out[1:5] == ["    …", "    line 13 filler", "    line 14 filler", "    line 15 code freeze is Friday"]
+
+
+def test_cli_search_finds_the_match_past_the_wire_snippet(tmp_path, monkeypatch, capsys):
+    """The match sits beyond the 700 characters a hit's own snippet carries: only the chunk's
+    full text, read from the index, can show it."""
+    from memory_core.cli import main
+
+    lines = [f"line {i} filler words to pad the chunk out" for i in range(1, 31)]
+    lines[24] = "line 25 code freeze is Friday"
+    assert len("\n".join(lines[:24])) > 700
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "notes.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CORE_HOME", str(tmp_path / "home"))
+    assert main(["index", "--workspace", str(ws)]) == 0
+    capsys.readouterr()
+    assert main(["search", "code freeze", "--workspace", str(ws)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[1].startswith("memory/notes.md#L1-")
+    assert "    line 25 code freeze is Friday" in out[1:9]
