@@ -79,11 +79,13 @@ def chunk_texts(db_path: str, ids: list[str]) -> dict[str, str]:
     ``{}`` when the index cannot be read."""
     if not ids:
         return {}
-    try:
-        from host_facades.sqlite_read import open_readonly
+    import apsw
 
+    from host_facades.sqlite_read import DatabaseUnreadable, open_readonly
+
+    try:
         conn = open_readonly(db_path, load_vec=False)
-    except Exception:  # the hits' own snippets are shown instead
+    except (DatabaseUnreadable, apsw.Error, OSError):  # the hits' own snippets are shown instead
         return {}
     try:
         marks = ",".join("?" * len(ids))
