@@ -29,10 +29,8 @@ import apsw
 
 from memory_core.config import MemoryCoreConfig, identity_mismatch, index_identity, load_config
 from memory_core.errors import (
-    ForgetRefused,
     IndexCorrupt,
     IndexPaused,
-    InvalidRequest,
     MemoryCoreError,
     ReferenceNotFound,
     WorkspaceError,
@@ -51,6 +49,7 @@ from memory_core.store.perms import loose_files, tighten
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
 from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+from memory_core.session_keys import session_index_path
 from memory_core.validation import check_search
 
 _UNSET: Any = object()
@@ -773,31 +772,6 @@ class MemoryCore:
         except Exception as exc:  # noqa: BLE001 - status reports, never raises
             info.update(available=False, error=str(exc))
         return info
-
-
-def session_index_path(key: str) -> str:
-    """The indexed path ``sessions/<file>`` for a session key, file name or transcript path.
-
-    Raises :class:`ForgetRefused` for a memory file and :class:`InvalidRequest` for an empty key.
-    """
-    raw = (key or "").strip().replace("\\", "/")
-    if not raw:
-        raise InvalidRequest("--session needs a session key or transcript file name, e.g. --session 3f2a.jsonl")
-    base = raw.rstrip("/").rsplit("/", 1)[-1]
-    lowered = raw.lower()
-    if (
-        lowered.endswith(".md")
-        or lowered.startswith("memory/")
-        or "/memory/" in lowered
-        or base in ("MEMORY.md", "memory.md", "USER.md")
-    ):
-        raise ForgetRefused(
-            f"{raw} is a memory file: memory files are not forgotten, they are edited. Edit or delete {raw} "
-            "(remove the entries you want gone); the next sync removes them from the index"
-        )
-    if not base.endswith(".jsonl") and ".jsonl." not in base:
-        base += ".jsonl"
-    return f"sessions/{base}"
 
 
 def _loads(value: str | None) -> Any:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from memory_core.core import session_index_path
+from memory_core.session_keys import session_index_path
 from memory_core.errors import IndexUnreadable, StateDirNotWritable
 
 __all__ = ["forget_session", "register", "session_index_path"]
