@@ -81,9 +81,8 @@ def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) ->
     from memory_core.core import MemoryCore
 
     cfg = load_cli_config(args)
-    if not pool:
-        cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 0})})
-    return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg, **kwargs)
+    return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg,
+                      pool=None if pool else False, **kwargs)
 
 
 def print_json(data: Any) -> None:
