@@ -146,7 +146,7 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
     import faiss
 
     from host_facades.sqlite_read import open_readonly
-    from host_facades.lexical import build_fts_query
+    from host_facades.fts_query import build_fts_query
     from memory_core.config import MemoryCoreConfig
     from memory_core.search.engine import SearchEngine
 

@@ -19,7 +19,7 @@ with ``min_score = 0`` and ``max_results = 10`` so selection thresholds do not t
 ``--dataset lee`` adds the Lee corpus read from a gensim wheel (lead sentence -> rest of article).
 
 What memory-core changes in upstream's keyword retrieval, and why (all in
-``host_facades/lexical.py``; the strict query, exact-path tiers, boosted score and selection are
+``host_facades/fts_query.py`` and ``fts_search.py``; the strict query, exact-path tiers, boosted score and selection are
 upstream's):
 
 1. OR probe. Upstream runs the strict AND query, then (when fewer than ``limit`` non-exact hits
@@ -266,7 +266,7 @@ def doc_path(key: str) -> str:
 
 def build_index(db_path: str, docs: Sequence[tuple[str, str]], vectors: np.ndarray | None, model: str) -> None:
     """Write one source per entry through the real single writer."""
-    from host_facades.engine_indexing import hash_text
+    from host_facades.chunking import hash_text
     from memory_core.store.writer import IndexWriter
 
     writer = IndexWriter(db_path, vector_enabled=vectors is not None)

@@ -2,7 +2,7 @@
 
 No I/O here: every function takes plain data or :class:`Candidate` lists and returns new orders
 or scores. It lives in ``host_facades`` so a worker can run a whole search (retrieval + ranking,
-``host_facades.search_run``); ``memory_core.search.ranking`` re-exports it for the owner.
+``host_facades.search_run``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.lexical import bm25_rank_to_score  # noqa: F401  (re-exported for callers)
 
 DAY_MS = 24 * 60 * 60 * 1000
 DEFAULT_RRF_K = 60

@@ -21,7 +21,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades import lexical, ranking, vector_search
+from host_facades import fts_search, ranking, vector_search
 from host_facades.vectors import decode_vector
 
 VectorStateFn = Callable[[apsw.Connection, Any], Any]
@@ -88,7 +88,7 @@ def run_search(conn: apsw.Connection, req: dict[str, Any], *, vector_state: Vect
     sources = list(req.get("sources") or ())
     keyword = None
     if has_fts and req.get("want_keyword", True):
-        keyword = lexical.keyword_search_with_fallback(
+        keyword = fts_search.keyword_search_with_fallback(
             conn, req["query"], limit=int(req["candidates"]), sources=sources, tokenizer=tokenizer,
             or_fallback=bool(req.get("or_fallback", True)))
         if details:
@@ -106,7 +106,7 @@ def run_search(conn: apsw.Connection, req: dict[str, Any], *, vector_state: Vect
     mode = "keyword" if vector is None else ("vector" if keyword is None else "hybrid")
     kw_hits = keyword["hits"] if keyword else []
     t2 = time.perf_counter()
-    meta = lexical.recall_metadata(conn, [h["id"] for h in kw_hits] + [h["id"] for h in (vector or ())])
+    meta = fts_search.recall_metadata(conn, [h["id"] for h in kw_hits] + [h["id"] for h in (vector or ())])
     t3 = time.perf_counter()
     selected, ordered, vector_mode = ranking.rank_and_select(
         mode=mode, keyword_hits=kw_hits, vector_hits=vector, metadata=meta, opts=ranking_options(req["ranking"]),

@@ -11,7 +11,7 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
 - ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required.
 
 numpy and faiss are ``host_facades.vector_state.VectorState.search`` on the per-generation state of
-``engine_knn.PROCESS_CACHE`` - the same code workers run on their own cache, so in-process and
+``vector_cache.PROCESS_CACHE`` - the same code workers run on their own cache, so in-process and
 pooled searches return identical ``(id, score)`` lists. The cache keeps only the newest generation
 per database file (plus whatever searches in flight still hold).
 
@@ -83,7 +83,7 @@ def _filter_sql(model: str | Sequence[str] | None, sources: Sequence[str] | None
 
 
 def _truncate(text: str) -> str:
-    from host_facades.lexical import truncate_snippet
+    from host_facades.fts_query import truncate_snippet
 
     return truncate_snippet(text, SNIPPET_MAX_CHARS)
 
@@ -228,21 +228,21 @@ def sqlite_vec_knn(
 # In-memory exact backends (numpy, faiss): host_facades.vector_state's per-generation VectorState
 # ---------------------------------------------------------------------------------------------
 # One implementation for in-process and pooled searches: the state (matrix + faiss index) comes
-# from engine_knn.PROCESS_CACHE here and from the worker's DerivedStateCache in workers/tasks.py;
+# from vector_cache.PROCESS_CACHE here and from the worker's DerivedStateCache in workers/tasks.py;
 # both search with VectorState.search (candidates + exact float32 rescoring, see vector_state).
 
 
 def _state(conn: apsw.Connection, model, db_id: str | None):
-    from host_facades import engine_knn
+    from host_facades import vector_cache
 
-    return engine_knn.process_state(conn, model, db_id)
+    return vector_cache.process_state(conn, model, db_id)
 
 
 def clear_cache() -> None:
     """Forget every in-process vector state (tests, benchmarks)."""
-    from host_facades import engine_knn
+    from host_facades import vector_cache
 
-    engine_knn.PROCESS_CACHE.drop_database(None)
+    vector_cache.PROCESS_CACHE.drop_database(None)
 
 
 def numpy_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | None = None) -> list[tuple[str, float]]:

@@ -861,7 +861,7 @@ def _exposed_secrets(path: Path, doc: Mapping[str, Any]) -> list[str]:
 
 def _chunking_version() -> int:
     try:
-        from host_facades.engine_indexing import CHUNKING_VERSION  # type: ignore[attr-defined]
+        from host_facades.chunking import CHUNKING_VERSION  # type: ignore[attr-defined]
     except ImportError:
         return 6
     return int(CHUNKING_VERSION)

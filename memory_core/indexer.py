@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.engine_indexing import PreparedChunk, prepare_chunks
+from host_facades.chunking import PreparedChunk, prepare_chunks
 from host_facades.sqlite_read import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
 from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches, valid_name

@@ -27,7 +27,7 @@ import stat as stat_mod
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from host_facades.engine_indexing import hash_text
+from host_facades.chunking import hash_text
 from host_facades.sessions import (
     EMPTY_SESSION_HASH,
     flatten_session_lines,

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.config import MemoryCoreConfig
-from memory_core.search import ranking
+from host_facades import ranking
 from memory_core.search.engine import SearchEngine
-from memory_core.search.ranking import RankingOptions
+from host_facades.ranking import RankingOptions
 from tests.search_fixtures import FakeEmbedder, build_index
 from tests.test_search_cases import kw, ranked, vec
 

@@ -11,7 +11,7 @@ import apsw
 import numpy as np
 import pytest
 
-from host_facades.engine_knn import DerivedStateCache
+from host_facades.vector_cache import DerivedStateCache
 from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
 from memory_core.errors import CursorExpired, WorkerUnavailable

@@ -45,7 +45,7 @@ def tree_copy(tmp_path):
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
     ("workers/runtime.py", "import workers.pool", "no import cycles between siblings"),
-    ("host_facades/sqlite_read.py", "import host_facades.engine_knn", "no import cycles between siblings"),
+    ("host_facades/sqlite_read.py", "import host_facades.vector_cache", "no import cycles between siblings"),
     ("host_facades/vectors.py", "import memory_core.errors", "worker processes never import memory_core"),
     ("memory_core/store/access.py", "import memory_core.core", "layers from the CLI"),
 ])

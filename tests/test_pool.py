@@ -238,9 +238,9 @@ def test_inline_pool_runs_the_same_tasks_in_process():
 
 
 @pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "workers.frames", "workers.launch",
-                                    "host_facades.engine_knn", "host_facades.sqlite_read", "host_facades.vector_state",
-                                    "host_facades.lexical", "host_facades.vector_search",
-                                    "host_facades.engine_indexing", "host_facades.ranking",
+                                    "host_facades.vector_cache", "host_facades.sqlite_read", "host_facades.vector_state",
+                                    "host_facades.fts_query", "host_facades.fts_search", "host_facades.keywords", "host_facades.vector_search",
+                                    "host_facades.chunking", "host_facades.ranking",
                                     "host_facades.search_run"])
 def test_worker_modules_import_no_owner_modules(module):
     code = (

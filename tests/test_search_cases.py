@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from host_facades import lexical
+from host_facades import fts_query, fts_search
 from memory_core.config import MemoryCoreConfig
-from memory_core.search import ranking
+from host_facades import ranking
 from memory_core.search.engine import SearchEngine, candidate_count
-from memory_core.search.ranking import RankingOptions
+from host_facades.ranking import RankingOptions
 from tests.search_fixtures import build_index
 
 NO_MMR_NO_DECAY = RankingOptions(mmr_enabled=False, decay_enabled=False)
@@ -45,12 +45,12 @@ def ranked(vector, keyword, opts=NO_MMR_NO_DECAY, **meta):
     ("   ", None),
 ])
 def test_case_01_fts_query(raw, expected):
-    assert lexical.build_fts_query(raw) == expected
+    assert fts_query.build_fts_query(raw) == expected
 
 
 # --- case 2 ------------------------------------------------------------------------------------
 def test_case_02_bm25_mapping():
-    s = lexical.bm25_rank_to_score
+    s = fts_query.bm25_rank_to_score
     assert s(0) == pytest.approx(1)
     assert s(1) == pytest.approx(0.5)
     assert s(10) < s(1)
@@ -147,7 +147,7 @@ def test_case_10_exact_path_tiers_ranking():
 
 
 def test_case_10b_exact_path_specificity():
-    f = lexical.exact_path_specificity
+    f = fts_search.exact_path_specificity
     assert [f("memory/full.md", "memory/full.md"), f("foo.md", "memory/z/foo.md"), f("foo.md", "memory/foo.md.bak"),
             f("./Memory\\Full.md", "memory/full.md"), f("z/foo.md", "memory/z/foo.md"), f("fo", "memory/foo.md")] == [
         3, 2, 1, 3, 0, 0]

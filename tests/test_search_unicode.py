@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host_facades import lexical
+from host_facades import fts_query, fts_search, keywords
 from host_facades.sqlite_read import open_readonly
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
@@ -19,7 +19,7 @@ NFD = unicodedata.normalize("NFD", "München")
 
 
 def _ids(conn, query, tokenizer, limit=10):
-    res = lexical.body_search(conn, query, limit=limit, tokenizer=tokenizer)
+    res = fts_search.body_search(conn, query, limit=limit, tokenizer=tokenizer)
     return sorted(h["id"] for h in res["hits"]), res
 
 
@@ -40,8 +40,8 @@ def test_case_17_nfc_nfd_found_in_either_form(tmp_path, tokenizer, doc_form, que
 
 
 def test_case_17_match_query_has_canonical_alternatives():
-    assert lexical.plan_keyword_search(NFC, "trigram")["match_query"] == f'("{NFC}" OR "{NFD}")'
-    assert lexical.plan_keyword_search(NFD, "unicode61")["match_query"] == f'"{NFD}"'
+    assert fts_query.plan_keyword_search(NFC, "trigram")["match_query"] == f'("{NFC}" OR "{NFD}")'
+    assert fts_query.plan_keyword_search(NFD, "unicode61")["match_query"] == f'"{NFD}"'
 
 
 @pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])
@@ -61,15 +61,15 @@ def test_case_17_broken_match_falls_back_to_like(tmp_path, monkeypatch):
         {"id": "city", "path": "memory/c.md", "text": "the city lights"},
         {"id": "split", "path": "memory/s.md", "text": "ci ty split word"},
     ])
-    real = lexical.plan_keyword_search
+    real = fts_query.plan_keyword_search
 
     def broken(query, tokenizer="unicode61", **kw):
         plan = real(query, tokenizer, **kw)
         return {**plan, "match_query": plan["match_query"] + " AND ("}
 
-    monkeypatch.setattr(lexical, "plan_keyword_search", broken)
+    monkeypatch.setattr(fts_search, "plan_keyword_search", broken)
     conn = open_readonly(db)
-    res = lexical.body_search(conn, "city", limit=10)
+    res = fts_search.body_search(conn, "city", limit=10)
     assert [(h["id"], h["text_score"]) for h in res["hits"]] == [("city", 0.0)]
     assert res["kind"] == "like" and "fts5: syntax error" in res["error"]
     assert res["hits"][0]["score"] > 0  # the boosted ranking score still orders LIKE-only hits (D3)
@@ -83,7 +83,7 @@ def test_case_17_trigram_short_term_substring(tmp_path):
         {"id": "cafe", "path": "memory/c.md", "text": "coffee shop"},
     ], tokenizer="trigram")
     conn = open_readonly(db)
-    plan = lexical.plan_keyword_search("fé", "trigram")
+    plan = fts_query.plan_keyword_search("fé", "trigram")
     assert (plan["match_query"], plan["substring_terms"]) == (None, ["fé"])
     ids, res = _ids(conn, "fé", "trigram")
     assert ids == ["noir"] and res["hits"][0]["text_score"] == 0.0
@@ -96,21 +96,21 @@ def test_like_escapes_wildcards(tmp_path):
         {"id": "plain", "path": "memory/q.md", "text": "xy here"},
     ], tokenizer="trigram")
     conn = open_readonly(db)
-    assert lexical.escape_like("a%b_c\\") == "a\\%b\\_c\\\\"
-    res = lexical.body_search(conn, "x_", limit=5, tokenizer="trigram")
+    assert fts_query.escape_like("a%b_c\\") == "a\\%b\\_c\\\\"
+    res = fts_search.body_search(conn, "x_", limit=5, tokenizer="trigram")
     assert [h["id"] for h in res["hits"]] == ["under"]
     conn.close()
 
 
 def test_conversational_fallback_keywords():
-    assert lexical.extract_keywords("that thing we discussed about the API") == ["discussed", "api"]
-    assert lexical.extract_keywords("之前讨论的那个方案") == [
+    assert keywords.extract_keywords("that thing we discussed about the API") == ["discussed", "api"]
+    assert keywords.extract_keywords("之前讨论的那个方案") == [
         "之", "讨", "论", "个", "方", "案", "前讨", "讨论", "论的", "的那", "个方", "方案"]
-    assert lexical.extract_keywords("APIのバグを修正した") == ["api", "バグ", "修正"]
-    assert lexical.extract_keywords("what was the solution for the bug") == ["solution", "bug"]
-    assert lexical.extract_keywords("¿dónde está el informe de ventas?") == ["está", "informe", "ventas"]
-    assert lexical.extract_keywords("API를 수정했다") == ["api를", "api", "수정했다"]
-    assert len(lexical.fallback_terms("alpha beta gamma delta epsilon zeta eta theta")) == 6
+    assert keywords.extract_keywords("APIのバグを修正した") == ["api", "バグ", "修正"]
+    assert keywords.extract_keywords("what was the solution for the bug") == ["solution", "bug"]
+    assert keywords.extract_keywords("¿dónde está el informe de ventas?") == ["está", "informe", "ventas"]
+    assert keywords.extract_keywords("API를 수정했다") == ["api를", "api", "수정했다"]
+    assert len(keywords.fallback_terms("alpha beta gamma delta epsilon zeta eta theta")) == 6
 
 
 def test_conversational_query_finds_keyword_hits(tmp_path):
@@ -172,7 +172,7 @@ def test_source_filter_and_orphaned_fts_rows(tmp_path):
               " VALUES (999, 'alpha orphan', 'ghost', 'memory/g.md', 'memory', 'fts-only', 1, 1)")
     w.close()
     conn = open_readonly(db)
-    ids = {tuple(src): [h["id"] for h in lexical.body_search(conn, "alpha", limit=5, sources=src)["hits"]]
+    ids = {tuple(src): [h["id"] for h in fts_search.body_search(conn, "alpha", limit=5, sources=src)["hits"]]
            for src in (["memory"], ["sessions"], ["memory", "sessions"])}
     assert ids == {("memory",): ["m"], ("sessions",): ["s"], ("memory", "sessions"): ["m", "s"]}
     conn.close()

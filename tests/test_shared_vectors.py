@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.bench_throughput import MODEL, build_db
 from host_facades import shared_vectors
-from host_facades.engine_knn import DerivedStateCache
+from host_facades.vector_cache import DerivedStateCache
 from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
 from tests.helpers import runtime_infos

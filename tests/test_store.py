@@ -10,7 +10,7 @@ import apsw
 import numpy as np
 import pytest
 
-from host_facades.engine_indexing import PreparedChunk, chunk_id, hash_text
+from host_facades.chunking import PreparedChunk, chunk_id, hash_text
 from host_facades.vectors import decode_vector
 from memory_core.errors import IndexBusy
 from memory_core.sources import SourceEntry

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host_facades import engine_knn, vector_search
+from host_facades import vector_cache, vector_search
 from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vector_state import VectorState, build_index
 from host_facades.vectors import encode_vector
@@ -76,7 +76,7 @@ def test_in_process_and_pooled_vector_search_return_identical_pairs(big_index):
         pooled_engine.close()
     finally:
         pool.close()
-    key_kinds = {s.index_kind for s in engine_knn.PROCESS_CACHE._states.values()}
+    key_kinds = {s.index_kind for s in vector_cache.PROCESS_CACHE._states.values()}
     assert key_kinds == {"int8"}
 
 
@@ -139,7 +139,7 @@ def test_in_process_cache_keeps_only_the_current_generation(tmp_path):
     db_id = db_identity(path)
 
     def cached() -> list[tuple]:
-        return sorted(k for k in engine_knn.PROCESS_CACHE.keys() if k[0] == db_id)  # noqa: SIM118
+        return sorted(k for k in vector_cache.PROCESS_CACHE.keys() if k[0] == db_id)  # noqa: SIM118
 
     engine = SearchEngine(MemoryCoreConfig(query={"min_score": 0.0}), path, None)
     revisions = []
@@ -171,6 +171,6 @@ def test_in_process_cache_keeps_only_the_current_generation(tmp_path):
     swap_into_place(swapped, path)  # what an atomic reindex does
     assert [h.id for h in engine.search("b", query_vector=[1.0, 0.0])] == ["b"]
     assert cached() == []
-    assert [k[0] for k in engine_knn.PROCESS_CACHE.keys()] == [db_identity(path)]  # noqa: SIM118
+    assert [k[0] for k in vector_cache.PROCESS_CACHE.keys()] == [db_identity(path)]  # noqa: SIM118
     engine.close()
 

@@ -125,7 +125,7 @@ class PreparedStream:
         try:
             return fut.result()
         except (WorkerOverloaded, WorkerUnavailable, WorkerTimeout):
-            from host_facades.engine_indexing import prepare_chunks
+            from host_facades.chunking import prepare_chunks
 
             return prepare_chunks(**self._kwargs(self.entries[i]))
         except WorkerError as exc:

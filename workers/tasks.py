@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.engine_knn import DerivedStateCache
+from host_facades.vector_cache import DerivedStateCache
 from host_facades.sqlite_read import (
     SQLITE_IDLE_HANDLE_TTL_S,
     db_identity,
@@ -340,8 +340,8 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
 
 @task("prepare")
 def prepare(payload: dict, ctx: WorkerContext) -> list:
-    """``host_facades.engine_indexing.prepare_chunks(**payload)`` (the pure chunking pipeline, §2.4)."""
-    from host_facades.engine_indexing import prepare_chunks
+    """``host_facades.chunking.prepare_chunks(**payload)`` (the pure chunking pipeline, §2.4)."""
+    from host_facades.chunking import prepare_chunks
 
     return prepare_chunks(**payload)
 
@@ -349,6 +349,6 @@ def prepare(payload: dict, ctx: WorkerContext) -> list:
 @task("prepare_many")
 def prepare_many(payload: dict, ctx: WorkerContext) -> list[list]:
     """Several ``prepare`` calls in one hop: ``{"items": [kwargs, ...]}`` -> list of chunk lists."""
-    from host_facades.engine_indexing import prepare_chunks
+    from host_facades.chunking import prepare_chunks
 
     return [prepare_chunks(**item) for item in payload["items"]]

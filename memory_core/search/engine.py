@@ -24,13 +24,13 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades import lexical
-from host_facades.engine_knn import process_state
+from host_facades import fts_query
+from host_facades.vector_cache import process_state
 from host_facades.search_run import run_search
 from host_facades.sqlite_read import read_snapshot
 from host_facades.vectors import encode_vector
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
-from memory_core.search import ranking
+from host_facades import ranking
 from memory_core.search.types import Candidate, SearchHit, hit_from_row
 from memory_core.store.access import index_errors
 from memory_core.store.reader import CachedReader
@@ -195,7 +195,7 @@ class SearchEngine:
         self.identity_check = identity_check
         self.on_empty_index = on_empty_index
         self._now_ms = now_ms or (lambda: time.time() * 1000.0)
-        # memory-core's OR probe in the conversational fallback (lexical.keyword_search_with_fallback);
+        # memory-core's OR probe in the conversational fallback (fts_search.keyword_search_with_fallback);
         # False reproduces upstream's per-keyword probes only (benchmarks compare both).
         self.or_fallback = True
         self._lock = threading.RLock()
@@ -302,7 +302,7 @@ class SearchEngine:
         details = self.search_with_details(query, **kwargs)
         out = details.to_dict()
         p = details.params
-        out["fts_plan"] = lexical.explain_fts(
+        out["fts_plan"] = fts_query.explain_fts(
             str(p.get("query", "")), tokenizer=str(p.get("tokenizer", "unicode61")),
             limit=int(p.get("candidates", 24)), sources=p.get("sources"),
         ) if p.get("query") else None

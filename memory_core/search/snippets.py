@@ -17,7 +17,8 @@ HIGHLIGHT = ("\x1b[1;33m", "\x1b[0m")
 def match_pattern(query: str) -> re.Pattern[str] | None:
     """Words that start with a query term (case-insensitive; stop words only when nothing else is
     left), or None when the query has no terms."""
-    from host_facades.lexical import is_stop_word, query_terms
+    from host_facades.fts_query import query_terms
+    from host_facades.keywords import is_stop_word
 
     terms = list(dict.fromkeys(t.lower() for t in query_terms(query or "")))
     useful = [t for t in terms if not is_stop_word(t)] or terms

@@ -19,7 +19,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades.engine_indexing import chunk_id
+from host_facades.chunking import chunk_id
 from host_facades.sqlite_ext import load_sqlite_vec
 from host_facades.sqlite_read import open_readonly
 from host_facades.vectors import decode_vector, encode_vector
