@@ -445,14 +445,14 @@ def recall_metadata(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, dict
         batch = ids[i : i + 500]
         rows = conn.execute(
             f"SELECT c.id, r.importance, r.triggers, r.project_key, p.origin_class, p.session_kind,"
-            f" p.observed_at, p.supersedes_key, s.mtime, c.text FROM {CHUNKS_TABLE} c"
+            f" p.observed_at, p.supersedes_key, s.mtime, c.text, c.hash FROM {CHUNKS_TABLE} c"
             " LEFT JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
             " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
             " LEFT JOIN memory_index_sources s ON s.path = c.path AND s.source = c.source"
             f" WHERE c.id IN ({','.join('?' * len(batch))})",
             batch,
         )
-        for cid, imp, trig, proj, origin, kind, observed, supersedes, mtime, text in rows:
+        for cid, imp, trig, proj, origin, kind, observed, supersedes, mtime, text, chunk_hash in rows:
             out[cid] = {
                 "importance": imp, "triggers": trig, "project_key": proj,
                 "provenance": None if origin is None else {
@@ -461,5 +461,6 @@ def recall_metadata(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, dict
                 },
                 "source_mtime": mtime,
                 "text": text,
+                "hash": chunk_hash,
             }
     return out

@@ -89,6 +89,7 @@ class Candidate:
     project_key: str | None = None
     provenance: dict[str, Any] | None = None
     source_mtime: float | None = None
+    hash: str | None = None      # the chunk's content hash (the v2 reference's revision)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -98,10 +99,10 @@ class Candidate:
     def hit_row(self, *, vector_mode: bool) -> tuple:
         """The fields of a ``SearchHit`` except ``citation`` (derived from path and lines), in order:
         id, path, start_line, end_line, score, snippet, source, vector_score, text_score, importance,
-        triggers, project_key, provenance, source_mtime. Compact: it crosses the worker pipe."""
+        triggers, project_key, provenance, source_mtime, hash. Compact: it crosses the worker pipe."""
         return (self.id, self.path, self.start_line, self.end_line, float(self.score), self.snippet, self.source,
                 float(self.vector_score) if vector_mode else None, float(self.text_score), self.importance,
-                self.triggers, self.project_key, self.provenance, self.source_mtime)
+                self.triggers, self.project_key, self.provenance, self.source_mtime, self.hash)
 
     def parts(self) -> dict[str, Any]:
         """Score parts for ``--explain``: the flat fields, plus each stage of the score in order
@@ -639,6 +640,7 @@ def attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> 
         c.project_key = pk.strip() if isinstance(pk, str) and pk.strip() else None
         c.provenance = m.get("provenance")
         c.source_mtime = m.get("source_mtime")
+        c.hash = m.get("hash")
         out.append(c)
     return out
 

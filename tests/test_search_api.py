@@ -266,13 +266,13 @@ def test_hit_from_row_builds_the_same_hit_as_the_constructor():
 
     from memory_core.search.types import SearchHit, hit_from_row
 
-    row = ("c1", "memory/a.md", 3, 5, 0.5, "snippet", "memory", 0.4, None, 2, "t", "pk", {"origin_class": "agent"}, 1.7e12)
+    row = ("c1", "memory/a.md", 3, 5, 0.5, "snippet", "memory", 0.4, None, 2, "t", "pk", {"origin_class": "agent"}, 1.7e12, "h1")
     hit = hit_from_row(row)
     want = SearchHit(id="c1", path="memory/a.md", start_line=3, end_line=5, score=0.5, snippet="snippet",
                      source="memory", vector_score=0.4, text_score=None, citation="memory/a.md#L3-L5", importance=2,
-                     triggers="t", project_key="pk", provenance={"origin_class": "agent"}, source_mtime=1.7e12)
+                     triggers="t", project_key="pk", provenance={"origin_class": "agent"}, source_mtime=1.7e12, hash="h1")
     assert hit == want and list(vars(hit)) == list(vars(want))
-    assert hit.to_dict() == want.to_dict()
+    assert hit.to_dict() == want.to_dict() and "hash" not in hit.to_dict()
     with pytest.raises(dataclasses.FrozenInstanceError):
         hit.score = 1.0  # type: ignore[misc]
     assert hit_from_row(row[:2] + (4, 4) + row[4:]).citation == "memory/a.md#L4"

@@ -30,11 +30,12 @@ class SearchHit:
     project_key: str | None = None
     provenance: dict[str, Any] | None = None
     source_mtime: float | None = None
+    hash: str | None = None   # the chunk's content hash: the provider reference's revision (not on the v1 wire)
 
     def to_dict(self) -> dict[str, Any]:
         """camelCase wire form (upstream ``MemorySearchResult``), None fields omitted."""
         out: dict[str, Any] = {}
-        for name in _FIELD_NAMES:
+        for name in _WIRE_FIELDS:
             value = getattr(self, name)
             if value is None:
                 continue
@@ -46,6 +47,7 @@ class SearchHit:
 
 # shallow field access: dataclasses.asdict deep-copies every value and cost ~0.2 ms a hit
 _FIELD_NAMES = tuple(f.name for f in fields(SearchHit))
+_WIRE_FIELDS = tuple(name for name in _FIELD_NAMES if name != "hash")
 _WIRE_NAMES = {"start_line": "startLine", "end_line": "endLine", "vector_score": "vectorScore",
                "text_score": "textScore", "project_key": "projectKey", "source_mtime": "sourceMtime"}
 _PROVENANCE_KEYS = {"origin_class": "originClass", "session_kind": "sessionKind", "observed_at": "observedAt",
@@ -59,13 +61,13 @@ def hit_from_row(row: Sequence[Any]) -> SearchHit:
     a tenth of the owner's work per pooled search): the instance dict is set in one step (0.7 us).
     The keys are :data:`_FIELD_NAMES` (a test compares both)."""
     (cid, path, start, end, score, snippet, source, vscore, tscore, importance, triggers, project_key,
-     provenance, mtime) = row
+     provenance, mtime, chunk_hash) = row
     hit = _new_hit(SearchHit)
     _set_attr(hit, "__dict__", {
         "id": cid, "path": path, "start_line": start, "end_line": end, "score": score, "snippet": snippet,
         "source": source, "vector_score": vscore, "text_score": tscore, "citation": citation_for(path, start, end),
         "importance": importance, "triggers": triggers, "project_key": project_key, "provenance": provenance,
-        "source_mtime": mtime})
+        "source_mtime": mtime, "hash": chunk_hash})
     return hit
 
 
