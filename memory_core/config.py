@@ -12,7 +12,6 @@ variables, then explicit overrides. See :func:`load_config`.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 import os
@@ -854,77 +853,3 @@ def _exposed_secrets(path: Path, doc: Mapping[str, Any]) -> list[str]:
         return []
     return [f"config file {path} holds {', '.join(keys)} and other users can read it (mode {mode:04o}); "
             f"run `chmod 600 {path}`"]
-
-
-# --------------------------------------------------------------------------- index identity
-
-
-def _chunking_version() -> int:
-    try:
-        from host_facades.chunking import CHUNKING_VERSION  # type: ignore[attr-defined]
-    except ImportError:
-        return 6
-    return int(CHUNKING_VERSION)
-
-
-def scope_hash(config: MemoryCoreConfig) -> str:
-    """sha256 of the extraPaths and multimodal settings (part of the index identity)."""
-    extra = [p if isinstance(p, str) else p.model_dump() for p in config.extra_paths]
-    payload = {"extraPaths": extra, "multimodal": config.multimodal.model_dump(by_alias=True)}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def index_identity(config: MemoryCoreConfig, provider: Any | None) -> dict[str, Any]:
-    """The ``memory_index_meta_v1`` JSON for this config and embedding provider (None = FTS-only)."""
-    if provider is None:
-        prov, model, key, dims = "none", "fts-only", "", None
-    else:
-        prov = str(getattr(provider, "id", config.provider))
-        model = str(getattr(provider, "model", config.model or ""))
-        key = str(getattr(provider, "provider_key", ""))
-        dims = getattr(provider, "dims", None)
-    return {
-        "model": model,
-        "provider": prov,
-        "providerKey": key,
-        "sources": sorted(config.sources),
-        "scopeHash": scope_hash(config),
-        "chunkTokens": config.chunking.tokens,
-        "chunkOverlap": config.chunking.overlap,
-        "chunkingVersion": _chunking_version(),
-        "vectorDims": dims,
-        "ftsTokenizer": config.store.fts.tokenizer,
-        "provenanceVersion": 1,
-    }
-
-
-IDENTITY_KEYS = (
-    "model",
-    "provider",
-    "providerKey",
-    "sources",
-    "scopeHash",
-    "chunkTokens",
-    "chunkOverlap",
-    "chunkingVersion",
-    "vectorDims",
-    "ftsTokenizer",
-    "provenanceVersion",
-)
-
-
-def identity_mismatch(stored: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[str]:
-    """Keys whose values differ (all keys if nothing is stored); vectorDims only when both are set."""
-    if not stored:
-        return list(IDENTITY_KEYS)
-    out: list[str] = []
-    for key in IDENTITY_KEYS:
-        a, b = stored.get(key), current.get(key)
-        if key == "vectorDims" and (a is None or b is None):
-            continue
-        if key == "sources":
-            a = sorted(a) if isinstance(a, list) else a
-            b = sorted(b) if isinstance(b, list) else b
-        if a != b:
-            out.append(key)
-    return out

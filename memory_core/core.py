@@ -27,7 +27,7 @@ from typing import Any
 
 import apsw
 
-from memory_core.config import MemoryCoreConfig, identity_mismatch, index_identity, load_config
+from memory_core.config import MemoryCoreConfig, load_config
 from memory_core.errors import (
     IndexCorrupt,
     IndexPaused,
@@ -45,6 +45,7 @@ from memory_core.indexer import (
 )
 from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
+from memory_core.store.identity import identity_mismatch, index_identity
 from memory_core.store.perms import loose_files, tighten
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
 from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace

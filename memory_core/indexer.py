@@ -250,7 +250,7 @@ def run_sync(
 
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
-            cache = writer if getattr(cfg.cache, "enabled", True) else None
+            cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
             matrix = np.asarray(embed_chunks(provider, texts, hashes, cache), dtype=np.float32)
             offset = 0
             for i, (_, cs) in enumerate(group):

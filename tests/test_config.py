@@ -7,12 +7,7 @@ import os
 
 import pytest
 
-from memory_core.config import (
-    MemoryCoreConfig,
-    identity_mismatch,
-    index_identity,
-    load_config,
-)
+from memory_core.config import MemoryCoreConfig, load_config
 from memory_core.errors import ConfigError
 
 EXPECTED_DEFAULTS = {
@@ -339,40 +334,6 @@ def test_db_path_rules(tmp_path):
         home_inside.db_path()
     with pytest.raises(ConfigError, match="cannot name a database file"):
         cfg.db_path("../evil")
-
-
-class _Prov:
-    id = "local"
-    model = "all-MiniLM-L6-v2"
-    provider_key = "k1"
-    dims = 384
-
-
-def test_index_identity_and_mismatch():
-    cfg = load_config(env={})
-    fts = index_identity(cfg, None)
-    assert {k: v for k, v in fts.items() if k != "scopeHash"} == {
-        "model": "fts-only",
-        "provider": "none",
-        "providerKey": "",
-        "sources": ["memory"],
-        "chunkTokens": 400,
-        "chunkOverlap": 80,
-        "chunkingVersion": 6,
-        "vectorDims": None,
-        "ftsTokenizer": "unicode61",
-        "provenanceVersion": 1,
-    }
-    assert len(fts["scopeHash"]) == 64
-    sem = index_identity(cfg, _Prov())
-    assert (sem["model"], sem["provider"], sem["providerKey"], sem["vectorDims"]) == ("all-MiniLM-L6-v2", "local", "k1", 384)
-    assert identity_mismatch(fts, fts) == []
-    assert identity_mismatch(fts, sem) == ["model", "provider", "providerKey"]  # vectorDims: one side unset
-    other = index_identity(load_config(env={}, overrides={"extraPaths": ["x"], "chunking": {"tokens": 300},
-                                                          "store": {"fts": {"tokenizer": "trigram"}}}), None)
-    assert identity_mismatch(fts, other) == ["scopeHash", "chunkTokens", "ftsTokenizer"]
-    assert identity_mismatch({**sem, "vectorDims": 768}, sem) == ["vectorDims"]
-    assert identity_mismatch(None, sem)[0] == "model"
 
 
 def test_for_agent_keeps_model_copy_updates(tmp_path):

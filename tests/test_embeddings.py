@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from memory_core.config import MemoryCoreConfig, index_identity, load_config
+from memory_core.config import MemoryCoreConfig, load_config
 from memory_core.embeddings import (
     compute_provider_key,
     create_embedding_provider,
@@ -26,6 +26,7 @@ from memory_core.embeddings.batching import backoff_delays
 from memory_core.embeddings.local import REQUIRED_MODULES
 from memory_core.embeddings.openai_compatible import OpenAICompatibleProvider, embeddings_url
 from memory_core.errors import ConfigError, ProviderUnavailable
+from memory_core.store.identity import index_identity
 
 DIMS = 8
 

@@ -183,22 +183,6 @@ def test_meta_round_trip(store):
     assert store.get_meta_value("k") is None
 
 
-def test_embedding_cache_get_put_and_prune(tmp_path):
-    w = IndexWriter(str(tmp_path / "c.sqlite"), cache_max_entries=2)
-    try:
-        w.put_many("p", "m", "k", {"h1": np.array([1.0, 2.0])})
-        time.sleep(0.002)
-        w.put_many("p", "m", "k", {"h2": np.array([3.0, 4.0])})
-        time.sleep(0.002)
-        w.put_many("p", "m", "k", {"h3": np.array([5.0, 6.0])})
-        got = w.get_many("p", "m", "k", ["h1", "h2", "h3", "h4"])
-        assert {h: v.tolist() for h, v in got.items()} == {"h2": [3.0, 4.0], "h3": [5.0, 6.0]}
-        assert w.get_many("p", "other-model", "k", ["h2"]) == {}
-        assert w.cache_count() == 2
-    finally:
-        w.close()
-
-
 def test_vec_table_lazily_created_once_dims_known(store):
     if not store.vector_available:
         pytest.skip("sqlite-vec not loadable")
@@ -224,7 +208,7 @@ def test_atomic_reindex_swaps_in_new_content_and_keeps_cache(tmp_path):
     db = str(tmp_path / "main.sqlite")
     live = IndexWriter(db)
     publish(live, "memory/old.md", "ancient words")
-    live.put_many("p", "m", "k", {"h": np.array([1.0, 0.0])})
+    live.cache.put_many("p", "m", "k", {"h": np.array([1.0, 0.0])})
     live.forget_session("sessions/gone.jsonl")
     reader = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
     reader.execute("BEGIN")
@@ -241,7 +225,7 @@ def test_atomic_reindex_swaps_in_new_content_and_keeps_cache(tmp_path):
     w = IndexWriter(db)
     assert fts(w.conn, "fresh") == [("memory/new.md", "fresh words")]
     assert fts(w.conn, "ancient") == []
-    assert list(w.get_many("p", "m", "k", ["h"])) == ["h"]
+    assert list(w.cache.get_many("p", "m", "k", ["h"])) == ["h"]
     assert w.is_forgotten("sessions/gone.jsonl")
     assert w.integrity_check() == "ok"
     w.close()

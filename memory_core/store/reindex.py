@@ -242,7 +242,7 @@ def atomic_reindex(
             writer = IndexWriter(temp, **{**(writer_options or {}), "durable": False})
             writer.seed_from(db_path)
             result = build(writer)
-            writer.prune_cache()
+            writer.cache.prune()
             integrity = writer.integrity_check(quick=True)
             if integrity != "ok":
                 raise RuntimeError(f"rebuilt index failed quick_check: {integrity}")

@@ -2,7 +2,8 @@
 
 :class:`IndexWriter` owns the one read-write connection. Every mutation of the index goes through
 it: per-source atomic replace (one transaction per source), hash-guarded delete, session forget
-tombstones, index meta, and the embedding cache (it implements ``EmbeddingCacheStore``).
+tombstones and index meta. Its embedding cache (:attr:`IndexWriter.cache`, :mod:`memory_core.store.cache`)
+writes through the same connection and lock.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import apsw
 import numpy as np
@@ -22,16 +23,17 @@ import numpy as np
 from host_facades.chunking import chunk_id
 from host_facades.sqlite_ext import load_sqlite_vec
 from host_facades.sqlite_read import open_readonly
-from host_facades.vectors import decode_vector, encode_vector
+from host_facades.vectors import encode_vector
 from memory_core.errors import IndexBusy
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors
+from memory_core.store.cache import EmbeddingCache
 from memory_core.store.perms import create_private_file
 
 FTS_ONLY_MODEL = "fts-only"
 LAST_SYNC_KEY = "memory_index_last_sync_v1"
-_IN_BATCH = 500
 OPEN_ATTEMPTS = 20  # opens raced by another process's file swap before giving up (IndexBusy)
+T = TypeVar("T")
 
 
 def _now_ms() -> int:
@@ -44,15 +46,7 @@ def _serialized(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        with self._wlock:
-            try:
-                return method(self, *args, **kwargs)
-            except apsw.ReadOnlyError:
-                # SQLITE_READONLY_DBMOVED: another process swapped the file in during this call (its
-                # transaction rolled back); run it once more on the new file
-                if self._bulk is not None or self.conn is None or self._file_identity() == self._inode:
-                    raise
-                return method(self, *args, **kwargs)
+        return self.serialized(method, self, *args, **kwargs)
 
     return wrapper
 
@@ -79,8 +73,6 @@ class IndexWriter:
         self.fts_tokenizer = fts_tokenizer
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
-        self.cache_enabled = cache_enabled
-        self.cache_max_entries = cache_max_entries
         self.durable = durable
         self._bulk: list[int] | None = None
         self._wlock = threading.RLock()
@@ -95,7 +87,23 @@ class IndexWriter:
         # be missing from the new one (the owner's freshness re-checks everything then)
         self.reopens = 0
         self.on_reopen: Any = None
+        self.cache = EmbeddingCache(self, enabled=cache_enabled, max_entries=cache_max_entries)
         self._open()
+
+    def serialized(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` under the writer's lock, run once more when another process
+        swapped the file in during the call (SQLITE_READONLY_DBMOVED: its transaction rolled back)."""
+        with self._wlock:
+            try:
+                return fn(*args, **kwargs)
+            except apsw.ReadOnlyError:
+                if self._bulk is not None or self.conn is None or self._file_identity() == self._inode:
+                    raise
+                return fn(*args, **kwargs)
+
+    def connection(self) -> apsw.Connection:
+        """The read-write connection; use it only inside :meth:`serialized`."""
+        return self._c()
 
     # ------------------------------------------------------------------ connection
     def _open(self) -> None:
@@ -536,77 +544,13 @@ class IndexWriter:
             "SELECT source, path, forgotten_at FROM memory_index_forgotten ORDER BY source, path"
         )]
 
-    # ------------------------------------------------------------------ embedding cache
+    # ------------------------------------------------------------------ seeding a rebuild
     @_serialized
-    def get_many(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
-        """Cached vectors for ``hashes`` under one provider identity (EmbeddingCacheStore)."""
-        if not self.cache_enabled:
-            return {}
-        wanted = list(dict.fromkeys(hashes))
-        out: dict[str, np.ndarray] = {}
-        conn = self._c()
-        for i in range(0, len(wanted), _IN_BATCH):
-            part = wanted[i:i + _IN_BATCH]
-            marks = ",".join("?" * len(part))
-            for h, blob in conn.execute(
-                f"SELECT hash, embedding FROM memory_embedding_cache WHERE provider = ? AND model = ?"
-                f" AND provider_key = ? AND hash IN ({marks})",
-                (provider, model, provider_key, *part),
-            ):
-                vec = decode_vector(blob)
-                if vec.size:
-                    out[h] = vec
-        return out
+    def seed_from(self, other_db_path: str) -> int:
+        """Copy the forget tombstones and the embedding cache of another index database into this one.
 
-    @_serialized
-    def put_many(self, provider: str, model: str, provider_key: str, items: dict[str, np.ndarray]) -> None:
-        """Upsert vectors with ``updated_at = now`` and prune to ``cache_max_entries``."""
-        if not self.cache_enabled or not items:
-            return
-        now = _now_ms()
-        rows = []
-        for h, vec in items.items():
-            v = np.asarray(vec, dtype=np.float32).reshape(-1)
-            rows.append((provider, model, provider_key, h, encode_vector(v), int(v.size), now))
-        conn = self._c()
-        with schema.write_tx(conn):
-            conn.executemany(
-                "INSERT INTO memory_embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at)"
-                " VALUES (?,?,?,?,?,?,?) ON CONFLICT(provider, model, provider_key, hash) DO UPDATE SET"
-                " embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
-                rows,
-            )
-        self.prune_cache()
-
-    @_serialized
-    def prune_cache(self, max_entries: int | None = None) -> int:
-        """Delete the oldest cache rows (by ``updated_at``) above ``max_entries``; returns rows deleted."""
-        limit = self.cache_max_entries if max_entries is None else max_entries
-        if limit is None:
-            return 0
-        conn = self._c()
-        count = int(conn.execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
-        excess = count - int(limit)
-        if excess <= 0:
-            return 0
-        with schema.write_tx(conn):
-            conn.execute(
-                "DELETE FROM memory_embedding_cache WHERE rowid IN (SELECT rowid FROM memory_embedding_cache"
-                " ORDER BY updated_at ASC, rowid ASC LIMIT ?)",
-                (excess,),
-            )
-        return excess
-
-    @_serialized
-    def cache_count(self) -> int:
-        return int(self._c().execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
-
-    @_serialized
-    def seed_from(self, other_db_path: str, *, batch: int = 2000) -> int:
-        """Copy the embedding cache and forget tombstones of another index database into this one.
-
-        Used by the atomic reindex so unchanged text is not re-embedded and forgotten sessions stay
-        forgotten. Returns the number of cache rows copied; a missing or unreadable file copies nothing.
+        Used by the atomic reindex so forgotten sessions stay forgotten and unchanged text is not
+        re-embedded. Returns the number of cache rows copied; a missing or unreadable file copies nothing.
         """
         if not os.path.exists(other_db_path):
             return 0
@@ -614,7 +558,6 @@ class IndexWriter:
             src = apsw.Connection(other_db_path, flags=apsw.SQLITE_OPEN_READONLY)
         except apsw.Error:
             return 0
-        copied = 0
         conn = self._c()
         try:
             src.set_busy_timeout(5000)
@@ -625,32 +568,13 @@ class IndexWriter:
                     conn.executemany(
                         "INSERT OR IGNORE INTO memory_index_forgotten(source, path, forgotten_at) VALUES (?,?,?)", rows
                     )
-            if self.cache_enabled and "memory_embedding_cache" in names:
-                cur = src.execute(
-                    "SELECT provider, model, provider_key, hash, embedding, dims, updated_at FROM memory_embedding_cache"
-                )
-                while True:
-                    rows = []
-                    for row in cur:
-                        rows.append(row)
-                        if len(rows) >= batch:
-                            break
-                    if not rows:
-                        break
-                    with schema.write_tx(conn):
-                        conn.executemany(
-                            "INSERT OR IGNORE INTO memory_embedding_cache(provider, model, provider_key, hash,"
-                            " embedding, dims, updated_at) VALUES (?,?,?,?,?,?,?)",
-                            rows,
-                        )
-                    copied += len(rows)
-                    if len(rows) < batch:
-                        break
+            if "memory_embedding_cache" in names:
+                return self.cache.copy_from(src)
         except apsw.Error:
             pass
         finally:
             src.close()
-        return copied
+        return 0
 
     @_serialized
     def copy_source_from(self, other_db_path: str, path: str, source: str, *, model: str) -> bool:

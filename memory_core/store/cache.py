@@ -1,0 +1,138 @@
+"""The embedding cache of an index: vectors keyed by (provider, model, provider key, chunk hash) (spec §7.3).
+
+:class:`EmbeddingCache` is the ``EmbeddingCacheStore`` the indexer embeds through. It lives in the
+index database (table ``memory_embedding_cache``) and writes through its :class:`IndexWriter`'s
+connection and lock; the atomic reindex seeds a rebuild's cache from the live one (:meth:`copy_from`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
+
+import apsw
+import numpy as np
+
+from host_facades.vectors import decode_vector, encode_vector
+from memory_core.store import schema
+
+T = TypeVar("T")
+
+_IN_BATCH = 500
+_COLUMNS = "provider, model, provider_key, hash, embedding, dims, updated_at"
+
+
+class Writer(Protocol):
+    """What the cache needs of :class:`memory_core.store.writer.IndexWriter` (which imports this module)."""
+
+    def serialized(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    def connection(self) -> apsw.Connection: ...
+
+
+class EmbeddingCache:
+    """Cached vectors of one index database; ``enabled=False`` caches nothing and finds nothing.
+
+    ``max_entries``: after each write the oldest rows (by ``updated_at``) above it are deleted."""
+
+    def __init__(self, writer: Writer, *, enabled: bool = True, max_entries: int | None = None) -> None:
+        self._writer = writer
+        self.enabled = enabled
+        self.max_entries = max_entries
+
+    def get_many(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Cached vectors for ``hashes`` under one provider identity; misses are absent."""
+        if not self.enabled:
+            return {}
+        return self._writer.serialized(self._get_many, provider, model, provider_key, list(dict.fromkeys(hashes)))
+
+    def _get_many(self, provider: str, model: str, provider_key: str, wanted: list[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        conn = self._writer.connection()
+        for i in range(0, len(wanted), _IN_BATCH):
+            part = wanted[i:i + _IN_BATCH]
+            marks = ",".join("?" * len(part))
+            for h, blob in conn.execute(
+                f"SELECT hash, embedding FROM memory_embedding_cache WHERE provider = ? AND model = ?"
+                f" AND provider_key = ? AND hash IN ({marks})",
+                (provider, model, provider_key, *part),
+            ):
+                vec = decode_vector(blob)
+                if vec.size:
+                    out[h] = vec
+        return out
+
+    def put_many(self, provider: str, model: str, provider_key: str, items: dict[str, np.ndarray]) -> None:
+        """Upsert vectors with ``updated_at = now``, then prune to ``max_entries``."""
+        if not self.enabled or not items:
+            return
+        now = int(time.time() * 1000)
+        rows = []
+        for h, vec in items.items():
+            v = np.asarray(vec, dtype=np.float32).reshape(-1)
+            rows.append((provider, model, provider_key, h, encode_vector(v), int(v.size), now))
+        self._writer.serialized(self._put_rows, rows)
+
+    def _put_rows(self, rows: list[tuple]) -> None:
+        conn = self._writer.connection()
+        with schema.write_tx(conn):
+            conn.executemany(
+                f"INSERT INTO memory_embedding_cache({_COLUMNS}) VALUES (?,?,?,?,?,?,?)"
+                " ON CONFLICT(provider, model, provider_key, hash) DO UPDATE SET"
+                " embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
+                rows,
+            )
+        self._prune(self.max_entries)
+
+    def prune(self, max_entries: int | None = None) -> int:
+        """Delete the oldest rows (by ``updated_at``) above ``max_entries`` (default: the cache's
+        own limit); returns how many were deleted."""
+        return self._writer.serialized(self._prune, self.max_entries if max_entries is None else max_entries)
+
+    def _prune(self, limit: int | None) -> int:
+        if limit is None:
+            return 0
+        conn = self._writer.connection()
+        excess = int(conn.execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0]) - int(limit)
+        if excess <= 0:
+            return 0
+        with schema.write_tx(conn):
+            conn.execute(
+                "DELETE FROM memory_embedding_cache WHERE rowid IN (SELECT rowid FROM memory_embedding_cache"
+                " ORDER BY updated_at ASC, rowid ASC LIMIT ?)",
+                (excess,),
+            )
+        return excess
+
+    def count(self) -> int:
+        """Rows in the cache."""
+        return self._writer.serialized(
+            lambda: int(self._writer.connection().execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0]))
+
+    def copy_from(self, src: apsw.Connection, *, batch: int = 2000) -> int:
+        """Copy the cache rows of another index database (``src``, open read-only) that this one
+        lacks, keeping their ``updated_at``; returns how many rows were read. Disabled: none."""
+        if not self.enabled:
+            return 0
+        return self._writer.serialized(self._copy_from, src, batch)
+
+    def _copy_from(self, src: apsw.Connection, batch: int) -> int:
+        conn = self._writer.connection()
+        cur = src.execute(f"SELECT {_COLUMNS} FROM memory_embedding_cache")
+        copied = 0
+        while True:
+            rows = []
+            for row in cur:
+                rows.append(row)
+                if len(rows) >= batch:
+                    break
+            if not rows:
+                break
+            with schema.write_tx(conn):
+                conn.executemany(f"INSERT OR IGNORE INTO memory_embedding_cache({_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
+                                 rows)
+            copied += len(rows)
+            if len(rows) < batch:
+                break
+        return copied
