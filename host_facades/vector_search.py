@@ -1,21 +1,20 @@
-"""Vector retrieval (spec §5): one interface, three backends. Pure retrieval: runs in workers too.
+"""Vector retrieval (spec §5): one ``knn_search`` over four backends, rows attached. Runs in workers too.
 
 ``knn_search(conn, qvec, limit=, model=, sources=, backend=)`` returns ``[{id, path, source,
 start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, whatever backend:
 
 - ``sqlite-vec``: ``vec0`` KNN (``MATCH ? AND k = ?``, k = min(8 x limit, 4096)), widening to
   k = min(total, 4096), then the scan fallback when the cap hides the model's chunks;
-- ``numpy``: cosine over the canonical float32 BLOBs (a matrix cached per database generation);
-- ``faiss``: faiss candidates (an fp16 scalar-quantizer index from 20k rows, ``IndexFlatIP`` below)
-  rescored exactly from the same float32 matrix;
-- ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required.
+- ``numpy``: an exact scan of the generation's float32 matrix;
+- ``faiss``: candidates from the generation's faiss index (``IndexFlatIP``, or from
+  ``vector_state.FP16_MIN_ROWS`` rows int8 codes) rescored exactly from the same float32 matrix;
+- ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required;
+- ``scan`` (sqlite-vec asked for but not loadable): :func:`cosine_scan`, upstream's 256-row
+  batched scan (§5.3), which needs no in-memory state.
 
-numpy and faiss are ``host_facades.vector_state.VectorState.search`` on the per-generation state of
+numpy and faiss are ``host_facades.vector_state.VectorState.search`` on the generation's state from
 ``vector_cache.PROCESS_CACHE`` - the same code workers run on their own cache, so in-process and
-pooled searches return identical ``(id, score)`` lists. The cache keeps only the newest generation
-per database file (plus whatever searches in flight still hold).
-
-:func:`cosine_scan` is the upstream 256-row batched scan (§5.3) and needs no cache.
+pooled searches return identical ``(id, score)`` lists. :func:`load_rows` attaches the row payloads.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ from typing import Any
 import apsw
 import numpy as np
 
+from host_facades import vector_cache
+from host_facades.fts_query import truncate_snippet
 from host_facades.vectors import decode_vector
 
 VECTOR_KNN_OVERSAMPLE_FACTOR = 8
@@ -38,8 +39,7 @@ SNIPPET_MAX_CHARS = 700
 try:
     import faiss as _faiss
 
-    # One query at a time per process: OpenMP threads only spin against the other workers on a
-    # small machine (measured: 1 ms single-threaded vs 20+ ms p50 with the default pool at 10k x 384).
+    # one query at a time per process: OpenMP threads would only compete with the other workers
     _faiss.omp_set_num_threads(int(os.environ.get("MEMORY_CORE_FAISS_THREADS", "1")))
     HAVE_FAISS = True
 except ImportError:  # pragma: no cover
@@ -83,8 +83,6 @@ def _filter_sql(model: str | Sequence[str] | None, sources: Sequence[str] | None
 
 
 def _truncate(text: str) -> str:
-    from host_facades.fts_query import truncate_snippet
-
     return truncate_snippet(text, SNIPPET_MAX_CHARS)
 
 
@@ -233,15 +231,11 @@ def sqlite_vec_knn(
 
 
 def _state(conn: apsw.Connection, model, db_id: str | None):
-    from host_facades import vector_cache
-
     return vector_cache.process_state(conn, model, db_id)
 
 
 def clear_cache() -> None:
     """Forget every in-process vector state (tests, benchmarks)."""
-    from host_facades import vector_cache
-
     vector_cache.PROCESS_CACHE.drop_database(None)
 
 
@@ -252,7 +246,7 @@ def numpy_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | 
 
 
 def faiss_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | None = None) -> list[tuple[str, float]]:
-    """Exact cosine top-``limit``: faiss candidates (int8 codes from 20k rows, else flat) rescored exactly."""
+    """Exact cosine top-``limit``: faiss candidates (flat, or int8 codes from ``FP16_MIN_ROWS`` rows) rescored exactly."""
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
     return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=not HAVE_FAISS)
 

@@ -2,8 +2,9 @@
 
 :class:`VectorState` holds ids, sources, the L2-normalised float32 matrix and a faiss candidate
 index, keyed by :data:`DerivedKey` = (database identity, revision, model). It is derived state,
-rebuildable from SQLite at any time (:func:`load_vector_state`). Worker tasks and in-process
-searches both search with :meth:`VectorState.search`, so pooled and in-process results are identical.
+built from SQLite (:func:`load_vector_state`, :func:`build_index`) and kept by
+:mod:`host_facades.vector_cache`. Worker tasks and in-process searches both search with
+:meth:`VectorState.search`, so pooled and in-process results are identical.
 
 Search = candidates + exact rescoring: from :data:`FP16_MIN_ROWS` rows a compressed index
 (:class:`Int8Candidates` by default, or faiss fp16) proposes candidates that are rescored exactly
@@ -78,8 +79,8 @@ class VectorState:
     """All vectors of one model in one generation: ids, sources, L2-normalised rows, faiss index.
 
     ``index`` is an ``IndexFlatIP`` (storage shared with ``matrix``) or, from
-    :data:`FP16_MIN_ROWS` rows, an fp16 ``IndexScalarQuantizer`` used for candidates only; None
-    means numpy."""
+    :data:`FP16_MIN_ROWS` rows, a candidate index (:class:`Int8Candidates`, or an fp16
+    ``IndexScalarQuantizer``) whose candidates are rescored from ``matrix``; None means numpy."""
 
     key: DerivedKey
     ids: list[str]
@@ -231,7 +232,7 @@ class Int8Candidates:
     def from_parts(cls, index: Any, *, scale: np.ndarray, err_l1: np.ndarray, err_norm: float,
                    code_norm: float, verified: bool) -> Int8Candidates:
         """The candidate index over an existing faiss ``index`` of the codes (e.g. one mapped
-        from a file, host_facades.shared_vectors) and the quantizer's saved parameters."""
+        from a file, host_facades.vector_cache) and the quantizer's saved parameters."""
         self = cls.__new__(cls)
         self.index = index
         self.scale = np.asarray(scale, dtype=np.float64)

@@ -1,7 +1,8 @@
-"""Vector primitives and the one canonical vector encoding.
+"""The vector format: the one canonical BLOB encoding and unit-length rows.
 
 Canonical vectors are little-endian IEEE-754 float32 BLOBs, 4 bytes per dimension (spec D5).
-A BLOB whose length is not a multiple of 4 is invalid and decodes to an empty vector.
+A BLOB whose length is not a multiple of 4 is invalid and decodes to an empty vector. Stored and
+query vectors are L2-normalised with :func:`normalize_rows` (embedding providers and workers alike).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def decode_vector(blob: bytes | None) -> np.ndarray:
 
 
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
-    """L2-normalise each row; zero rows stay zero."""
+    """Rows (or one vector) scaled to unit length as float32; all-zero rows stay zero."""
     m = np.asarray(matrix, dtype=np.float32)
     if m.ndim == 1:
         n = float(np.linalg.norm(m))

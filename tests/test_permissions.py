@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from host_facades import shared_vectors
+from host_facades import vector_cache
 from memory_core.store.perms import loose_files, tighten
 from tests.gateway_fixtures import ROOT, make_workspace
 
@@ -51,12 +51,12 @@ def test_vector_state_files_are_private(tmp_path):
     old = os.umask(0o022)
     try:
         folder = tmp_path / "main.sqlite-vectors"
-        os.makedirs(folder, mode=shared_vectors.PRIVATE_DIR)
-        with shared_vectors._written(str(folder / "x.f32")) as tmp:
+        os.makedirs(folder, mode=vector_cache.PRIVATE_DIR)
+        with vector_cache._written(str(folder / "x.f32")) as tmp:
             np.zeros(4, np.float32).tofile(tmp)
-        with shared_vectors._written(str(folder / "x.npz")) as tmp, open(tmp, "wb") as fh:
+        with vector_cache._written(str(folder / "x.npz")) as tmp, open(tmp, "wb") as fh:
             np.savez(fh, a=np.zeros(2))
-        lock = shared_vectors._private(str(folder / "x.lock"))
+        lock = vector_cache._private(str(folder / "x.lock"))
     finally:
         os.umask(old)
     assert mode(folder) == "0700"

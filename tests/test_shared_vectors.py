@@ -1,4 +1,4 @@
-"""Derived vector state shared by the workers through mapped files (host_facades.shared_vectors):
+"""Derived vector state shared by the workers through mapped files (host_facades.vector_cache):
 built once per generation, mapped by every worker, pruned to the current and leased generations."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.bench_throughput import MODEL, build_db
-from host_facades import shared_vectors
+from host_facades import vector_cache
 from host_facades.vector_cache import DerivedStateCache
 from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
@@ -18,7 +18,7 @@ from tests.worker_tasks import TASK_MODULES
 from workers.pool import InlinePool, WorkerPool
 from workers.retriever import PooledRetriever
 
-ROWS = shared_vectors.SHARED_MIN_ROWS  # the smallest generation that is shared
+ROWS = vector_cache.SHARED_MIN_ROWS  # the smallest generation that is shared
 DIMS = 8
 
 
@@ -31,7 +31,7 @@ def big_db(tmp_path_factory):
 @pytest.fixture
 def fresh(big_db):
     """The module database with no shared files left by an earlier test."""
-    shared_vectors.prune(big_db, {})
+    vector_cache.prune_shared(big_db, {})
     return big_db
 
 
@@ -41,7 +41,7 @@ def vector_op(seed: int, limit: int = 5) -> list[dict]:
 
 
 def files(db: str) -> list[str]:
-    d = shared_vectors.state_dir(db)
+    d = vector_cache.shared_dir(db)
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
@@ -55,7 +55,7 @@ def test_two_workers_build_a_generation_once_and_map_the_same_files(fresh):
         infos = runtime_infos(pool)
         assert len(infos) == 2
         assert sum(i["shared_vector_builds"] for i in infos.values()) == 1
-        stem = shared_vectors.stem((db_identity(fresh), pooled[0]["revision"], MODEL))
+        stem = vector_cache.shared_stem((db_identity(fresh), pooled[0]["revision"], MODEL))
         assert [f for f in files(fresh) if not f.endswith(".lock")] == [stem + ".f32", stem + ".faiss", stem + ".npz"]
         for pid in pool.worker_pids():
             with open(f"/proc/{pid}/maps") as fh:
@@ -77,7 +77,7 @@ def test_a_mapped_state_searches_exactly_like_a_private_one(fresh):
             again = DerivedStateCache(shared=True).get_or_build(conn, key)  # maps what the first wrote
     finally:
         conn.close()
-    assert isinstance(mapped.ids, shared_vectors.MappedIds) and isinstance(mapped.matrix, np.memmap)
+    assert isinstance(mapped.ids, vector_cache.MappedIds) and isinstance(mapped.matrix, np.memmap)
     assert private.index_kind == mapped.index_kind == "int8"
     assert list(mapped.ids) == list(private.ids) and np.array_equal(mapped.matrix, private.matrix)
     rng = np.random.default_rng(5)
@@ -93,10 +93,10 @@ def test_incomplete_or_foreign_files_are_rebuilt(fresh):
         with read_snapshot(conn) as rev:
             key = (db_identity(fresh), rev, MODEL)
             DerivedStateCache(shared=True).get_or_build(conn, key)
-            base = os.path.join(shared_vectors.state_dir(fresh), shared_vectors.stem(key))
+            base = os.path.join(vector_cache.shared_dir(fresh), vector_cache.shared_stem(key))
             with open(base + ".f32", "r+b") as fh:  # a truncated matrix: not the generation's state
                 fh.truncate(100)
-            assert shared_vectors.load(shared_vectors.state_dir(fresh), key) is None
+            assert vector_cache.load_shared(vector_cache.shared_dir(fresh), key) is None
             state = DerivedStateCache(shared=True).get_or_build(conn, key)
             assert len(state.ids) == ROWS and os.path.getsize(base + ".f32") == ROWS * DIMS * 4
     finally:
@@ -104,7 +104,7 @@ def test_incomplete_or_foreign_files_are_rebuilt(fresh):
 
 
 def test_a_state_directory_that_cannot_be_made_keeps_the_state_private(fresh):
-    directory = shared_vectors.state_dir(fresh)
+    directory = vector_cache.shared_dir(fresh)
     if os.path.isdir(directory):
         os.rmdir(directory)
     with open(directory, "w") as fh:  # a file where the directory would go (works as root too)
@@ -123,17 +123,17 @@ def test_a_state_directory_that_cannot_be_made_keeps_the_state_private(fresh):
 
 def test_prune_keeps_current_leased_and_newer_generations(tmp_path):
     db = str(tmp_path / "x.sqlite")
-    d = shared_vectors.state_dir(db)
+    d = vector_cache.shared_dir(db)
     os.makedirs(d)
     names = {}
     for db_id, rev in (("1:2", 5), ("1:2", 6), ("1:2", 7), ("1:2", 9), ("3:4", 1)):
-        stem = shared_vectors.stem((db_id, rev, MODEL))
+        stem = vector_cache.shared_stem((db_id, rev, MODEL))
         names[(db_id, rev)] = stem
         for ext in (".f32", ".faiss", ".npz", ".lock"):
             open(os.path.join(d, stem + ext), "w").close()
     open(os.path.join(d, names[("1:2", 7)] + ".f32.tmp-1"), "w").close()  # a build in progress
     open(os.path.join(d, "unrelated.txt"), "w").close()
-    removed = shared_vectors.prune(db, {"1:2": {5, 7}})
+    removed = vector_cache.prune_shared(db, {"1:2": {5, 7}})
     left = set(os.listdir(d))
     assert removed == 8  # revision 6 and the other database's revision 1
     assert not any(n.startswith((names[("1:2", 6)], names[("3:4", 1)])) for n in left)
@@ -148,7 +148,7 @@ def test_the_owner_removes_files_of_generations_no_search_holds(fresh):
 
     retriever = PooledRetriever(fresh, InlinePool())
     first = retriever.retrieve(vector_op(1), metadata=None)
-    old = shared_vectors.stem((db_identity(fresh), first["revision"], MODEL))
+    old = vector_cache.shared_stem((db_identity(fresh), first["revision"], MODEL))
     assert old + ".npz" in files(fresh)
     conn = apsw.Connection(fresh)  # a publication: one more chunk, a new revision
     schema.configure_connection(conn)
@@ -159,6 +159,6 @@ def test_the_owner_removes_files_of_generations_no_search_holds(fresh):
     conn.close()
     second = retriever.retrieve(vector_op(1), metadata=None)
     assert second["revision"] > first["revision"]
-    new = shared_vectors.stem((db_identity(fresh), second["revision"], MODEL))
+    new = vector_cache.shared_stem((db_identity(fresh), second["revision"], MODEL))
     left = files(fresh)
     assert new + ".npz" in left and not any(n.startswith(old) for n in left)

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from benchmarks.worker_tasks import ping  # noqa: F401 - registers "ping" (the pool round trip)
-from host_facades import shared_vectors
+from host_facades import vector_cache
 from workers.tasks import OPS, TaskError, WorkerContext, task
 
 TASK_MODULES = ("tests.worker_tasks",)
@@ -55,7 +55,7 @@ def runtime_info(payload: Any, ctx: WorkerContext) -> dict:
         "modules": sorted(m for m in sys.modules if m.startswith(("memory_core", "workers", "host_facades"))),
         "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
         "derived_keys": [list(k) for k in ctx.cache.keys()],
-        "shared_vector_builds": shared_vectors.BUILDS,
+        "shared_vector_builds": vector_cache.SHARED_BUILDS,
         "tasks_run": ctx.tasks_run,
     }
     if "faiss" in sys.modules:

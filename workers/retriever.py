@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from host_facades import shared_vectors
+from host_facades.vector_cache import prune_shared
 from memory_core.generations import GenerationLeases
 from workers.pool import InlinePool, WorkerPool
 
@@ -88,7 +88,7 @@ class PooledRetriever:
         self._prune_shared()
 
     def _prune_shared(self) -> None:
-        """Remove the shared derived-state files (host_facades.shared_vectors) of generations
+        """Remove the shared derived-state files (host_facades.vector_cache) of generations
         that are neither current nor leased: on disk, too, at most those occupy space."""
         keep: dict[str, set[int]] = {}
         for (db_id, revision), n in self.leases.snapshot().items():
@@ -96,7 +96,7 @@ class PooledRetriever:
                 keep.setdefault(db_id, set()).add(revision)
         if self.current_db_id is not None and self.current_db_id in self.current:
             keep.setdefault(self.current_db_id, set()).add(self.current[self.current_db_id])
-        shared_vectors.prune(self.db_path, keep)
+        prune_shared(self.db_path, keep)
 
     def _on_last_release(self, db_id: str, revision: int, still_leased: set[int]) -> None:
         # The last lease on an old generation ended: workers may drop its derived state now.

@@ -85,10 +85,8 @@ atexit.register(close_all)
 
 MIN_ENTRIES_FOR_POOL = 4  # below this the hop costs more than it parallelises
 # A pool whose workers are not running yet (a one-shot `memory-core index`, or after the idle
-# timeout) is started only for at least this many files. On 2 busy cores a cold pool made a one-shot
-# index slower at every size measured up to 10,000 files (the owner's writing competes with the
-# workers for the cores); chunk preparation is about half of the owner's work, which spare cores
-# can take on a large workspace. `memory-core bench cli --index-files` measures both ways.
+# timeout) is started only for this many files: on a small machine its start-up and the owner's
+# writing compete for the cores (`memory-core bench cli --index-files` compares both ways).
 COLD_POOL_MIN_ENTRIES = 20_000
 
 

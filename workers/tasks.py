@@ -63,7 +63,7 @@ class WorkerContext:
     """Per-process state that outlives one task: the derived per-generation vector state."""
 
     pool_name: str = "inline"
-    # large states are shared with the other workers through mapped files (host_facades.shared_vectors)
+    # large states are shared with the other workers through mapped files (host_facades.vector_cache)
     cache: DerivedStateCache = field(default_factory=lambda: DerivedStateCache(shared=True))
     tasks_run: int = 0
     # db_path -> (read-only connection, file identity, last use); reused between tasks while the

@@ -5,7 +5,6 @@ from memory_core.embeddings.base import (
     EmbeddingProvider,
     ProviderRequestError,
     compute_provider_key,
-    l2_normalise,
 )
 from memory_core.embeddings.batching import (
     MAX_BATCH_INPUTS,
@@ -30,7 +29,6 @@ __all__ = [
     "ProviderUnavailable",
     "compute_provider_key",
     "create_embedding_provider",
-    "l2_normalise",
     "register_embedding_provider",
     "registered_providers",
     "MAX_BATCH_INPUTS",

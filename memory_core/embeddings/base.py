@@ -54,14 +54,3 @@ def compute_provider_key(settings: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of the settings that change vectors (never secret values)."""
     blob = json.dumps(dict(settings), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length as float32; all-zero rows stay zero."""
-    arr = np.asarray(vectors, dtype=np.float32)
-    if arr.ndim == 1:
-        norm = float(np.linalg.norm(arr))
-        return arr / norm if norm > 0 else arr
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (arr / norms).astype(np.float32, copy=False)

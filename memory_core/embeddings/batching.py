@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from host_facades.vectors import normalize_rows as l2_normalise
 from memory_core.embeddings.base import (
     EmbeddingCacheStore,
     EmbeddingProvider,
     ProviderRequestError,
-    l2_normalise,
 )
 from memory_core.errors import ProviderUnavailable
 

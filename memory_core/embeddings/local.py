@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_core.embeddings.base import compute_provider_key, l2_normalise
+from host_facades.vectors import normalize_rows as l2_normalise
+from memory_core.embeddings.base import compute_provider_key
 from memory_core.errors import ProviderUnavailable
 
 if TYPE_CHECKING:

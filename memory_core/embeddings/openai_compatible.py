@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from host_facades.vectors import normalize_rows
 from memory_core.embeddings.base import (
     ProviderRequestError,
     compute_provider_key,
-    l2_normalise,
 )
 from memory_core.errors import ConfigError
 
@@ -173,7 +173,7 @@ class OpenAICompatibleProvider:
             raise ProviderRequestError(f"POST {self.url} returned embeddings of shape {arr.shape}", retryable=False)
         if self.dims is None:
             self.dims = int(arr.shape[1])
-        return l2_normalise(arr)
+        return normalize_rows(arr)
 
 
 def create_openai_compatible(config: MemoryCoreConfig) -> OpenAICompatibleProvider:
