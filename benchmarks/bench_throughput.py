@@ -233,7 +233,7 @@ def solo_main(argv: list[str]) -> int:
     Prints ``ready`` once warm, then answers each ``run SECONDS`` line on stdin with the queries
     per second of a loop of that length; ``exit`` (or end of input) ends it."""
     from memory_core.search.engine import SearchEngine
-    from workers.pool import InlinePool
+    from workers.inline import InlinePool
     from workers.retriever import PooledRetriever
 
     db, dims, kind = argv[0], int(argv[1]), argv[2]

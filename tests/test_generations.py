@@ -19,7 +19,8 @@ from memory_core.generations import CursorPins, GenerationLeases, GenerationMism
 from memory_core.store import schema
 from tests.helpers import runtime_infos
 from tests.worker_tasks import TASK_MODULES
-from workers.pool import InlinePool, WorkerPool
+from workers.inline import InlinePool
+from workers.pool import WorkerPool
 from workers.retriever import PooledRetriever
 
 DIMS = 8
@@ -273,7 +274,7 @@ def test_pooled_equals_inline_including_vector_rows(db, pool):
     ops = search_ops("alpha OR beta OR gamma", 2)
     ops[1]["rows"] = True
     pooled = PooledRetriever(path, pool).retrieve(ops)
-    inline = PooledRetriever(path, InlinePool()).retrieve(ops)
+    inline = PooledRetriever(path, InlinePool(task_modules=TASK_MODULES)).retrieve(ops)
     assert pooled == inline
     assert [r["id"] for r in pooled["results"][1]][0] == "memory/a.md#1:beta note"
 

@@ -21,7 +21,8 @@ from memory_core.errors import (
 )
 from tests.helpers import wait_for
 from tests.worker_tasks import TASK_MODULES
-from workers.pool import InlinePool, WorkerPool, create_pools
+from workers.inline import InlinePool
+from workers.pool import WorkerPool, create_pools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -190,12 +191,13 @@ def test_close_drains_then_refuses():
 
 
 def test_the_product_registers_no_test_tasks():
-    # ping/pid/sleep/spin/fail/runtime_info and the "hold" op live in tests.worker_tasks
+    # ping/pid/sleep/spin/fail/runtime_info and the "hold", "fts_raw" and "metadata" ops live in
+    # tests.worker_tasks
     code = "import json, workers.tasks as t; print(json.dumps([sorted(t.TASKS), sorted(t.OPS)]))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [["index_state", "prepare", "prepare_many", "retrieve"],
-                                      ["fts_raw", "metadata", "run_search", "vector"]]
+                                      ["run_search", "vector"]]
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
@@ -301,7 +303,7 @@ def test_pipelined_tasks_run_in_order_on_one_worker(piped):
     first = piped.submit("sleep", {"seconds": 0.3})
     _wait_busy(piped)
     rest = [piped.submit("ping", i) for i in range(5)]
-    assert len(piped._slots[0].queued) == 1 and len(piped._queue) == 4  # one sent ahead, the rest wait
+    assert len(piped.scheduler.slots[0].queued) == 1 and len(piped.scheduler.queue) == 4  # one sent ahead, the rest wait
     assert first.result(timeout=10) == 0.3
     assert [f.result(timeout=10) for f in rest] == list(range(5))
     assert piped.pending_tasks == 0 and piped.stats["replaced"] == 0
@@ -311,7 +313,7 @@ def test_killed_worker_requeues_its_pipelined_task(piped):
     running = piped.submit("sleep", {"seconds": 30})
     victim = _wait_busy(piped)
     waiting = piped.submit("pid")
-    assert piped._slots[0].queued
+    assert piped.scheduler.slots[0].queued
     os.kill(victim, signal.SIGKILL)
     with pytest.raises(WorkerUnavailable):
         running.result(timeout=10)
@@ -353,11 +355,11 @@ def test_pipelined_task_times_out_while_waiting(piped):
 def _settled(p):
     """The pool's single slot once idle: every reply channel free, nothing in flight."""
     def idle() -> bool:
-        with p._lock:
-            slot = p._slots[0]
+        with p.scheduler.lock:
+            slot = p.scheduler.slots[0]
             return not slot.inflight and len(slot.free) == p.pipeline_depth and not slot.reading
 
-    slot = p._slots[0]
+    slot = p.scheduler.slots[0]
     assert wait_for(idle, step=0.01), f"slot did not settle: inflight={list(slot.inflight)} free={slot.free}"
     return slot
 
@@ -416,7 +418,7 @@ def test_run_callers_on_a_killed_worker_fail_or_move_to_the_replacement(piped):
     victim = _wait_busy(piped)
     waiting = threading.Thread(target=call, args=("waiting", "pid", None))
     waiting.start()
-    wait_for(lambda: len(piped._slots[0].inflight) >= 2, step=0.01)
+    wait_for(lambda: len(piped.scheduler.slots[0].inflight) >= 2, step=0.01)
     os.kill(victim, signal.SIGKILL)
     running.join(10)
     waiting.join(10)

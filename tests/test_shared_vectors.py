@@ -15,7 +15,8 @@ from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.vectors import encode_vector
 from tests.helpers import runtime_infos
 from tests.worker_tasks import TASK_MODULES
-from workers.pool import InlinePool, WorkerPool
+from workers.inline import InlinePool
+from workers.pool import WorkerPool
 from workers.retriever import PooledRetriever
 
 ROWS = vector_cache.SHARED_MIN_ROWS  # the smallest generation that is shared

@@ -1,4 +1,4 @@
-"""Worker tasks and a retrieval op that only tests use; never imported by the product.
+"""Worker tasks and retrieval ops that only tests use; never imported by the product.
 
 A test pool registers them with ``WorkerPool(..., task_modules=TASK_MODULES)`` (``InlinePool``
 takes the same argument): every worker imports this module at start, under forkserver and spawn
@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.worker_tasks import ping  # noqa: F401 - registers "ping" (the pool round trip)
 from host_facades import vector_cache
-from workers.tasks import OPS, TaskError, WorkerContext, task
+from workers.tasks import OPS, TaskError, WorkerContext, read_metadata, task
 
 TASK_MODULES = ("tests.worker_tasks",)
 
@@ -76,3 +76,23 @@ def _op_hold(conn, op: dict, ctx: WorkerContext, env: dict) -> None:
 
 
 OPS["hold"] = _op_hold
+
+
+def _op_fts_raw(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
+    """Plain FTS5 MATCH ordered by bm25 rank: the raw baseline, no query building or boosts."""
+    rows = conn.execute(
+        "SELECT c.id, bm25(memory_index_chunks_fts) AS rank FROM memory_index_chunks_fts"
+        " JOIN memory_index_chunks c ON c.chunk_rowid = memory_index_chunks_fts.rowid"
+        " WHERE memory_index_chunks_fts MATCH ? ORDER BY rank LIMIT ?",
+        (op["query"], int(op.get("limit", 10))),
+    ).fetchall()
+    return [(r[0], float(r[1])) for r in rows]
+
+
+def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dict]:
+    """The chunk metadata of ``op["ids"]`` in the task's snapshot (``workers.tasks.read_metadata``)."""
+    return read_metadata(conn, list(op["ids"]))
+
+
+OPS["fts_raw"] = _op_fts_raw
+OPS["metadata"] = _op_metadata

@@ -1,8 +1,9 @@
-"""Starting a worker process: the ``multiprocess`` context and process classes of the pool.
+"""Starting a worker process: the ``multiprocess`` context of the pool and its pipes.
 
 A worker is started with ``forkserver`` (default) or ``spawn``, never plain ``fork`` (threads and
-faiss may already run in the owner), and does not re-import the owner's ``__main__`` (e.g. the
-``memory-core`` console script, which imports the CLI, the config loader and the writer).
+faiss may already run in the owner), through the public ``multiprocess`` API (``get_context``,
+``Process``, ``Pipe``), and does not re-import the owner's ``__main__`` (e.g. the ``memory-core``
+console script, which imports the CLI, the config loader and the writer).
 
 The worker unpickles its process object, so it imports this module too: it must import nothing
 from ``memory_core``.
@@ -16,8 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import multiprocess
-from multiprocess import connection, popen_forkserver, popen_spawn_posix, spawn
-from multiprocess.context import ForkServerProcess, SpawnProcess
+from multiprocess import spawn
 
 START_METHODS = ("forkserver", "spawn")
 # What the forkserver imports once, so each worker it forks starts with them loaded.
@@ -49,15 +49,19 @@ _prep_lock = threading.Lock()
 
 @contextlib.contextmanager
 def _without_main() -> Iterator[None]:
-    # multiprocess has no option to leave __main__ out of a child's preparation data: both Popen
-    # classes call spawn.get_preparation_data, so it is wrapped while one of ours launches.
+    # multiprocess (like multiprocessing) has no public option to keep a child from re-running the
+    # owner's __main__: both its forkserver and spawn launchers put it into the preparation data
+    # that spawn.get_preparation_data returns, so that one function is wrapped, for the starting
+    # thread only, while one of ours starts.
     with _prep_lock:
         original = spawn.get_preparation_data
+        starter = threading.get_ident()
 
         def prepare(name: str) -> dict:
             data = original(name)
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
+            if threading.get_ident() == starter:
+                data.pop("init_main_from_path", None)
+                data.pop("init_main_from_name", None)
             return data
 
         spawn.get_preparation_data = prepare
@@ -67,51 +71,18 @@ def _without_main() -> Iterator[None]:
             spawn.get_preparation_data = original
 
 
-class _ForkServerPopen(popen_forkserver.Popen):
-    def _launch(self, process_obj: Any) -> None:
-        with _without_main():
-            super()._launch(process_obj)
-
-
-class _SpawnPopen(popen_spawn_posix.Popen):
-    def _launch(self, process_obj: Any) -> None:
-        with _without_main():
-            super()._launch(process_obj)
-
-
-class ForkServerWorkerProcess(ForkServerProcess):
-    """A forkserver process that does not re-import the owner's ``__main__``."""
-
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:
-        return _ForkServerPopen(process_obj)
-
-
-class SpawnWorkerProcess(SpawnProcess):
-    """A spawned process that does not re-import the owner's ``__main__``."""
-
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:
-        return _SpawnPopen(process_obj)
-
-
-def make_process(start_method: str, target: Callable[..., None], args: tuple, name: str) -> Any:
-    """A daemon worker process (not started) running ``target(*args)``."""
-    get_context(start_method)  # validates the method and sets the forkserver's preload list once
-    cls = ForkServerWorkerProcess if start_method == "forkserver" else SpawnWorkerProcess
-    return cls(target=target, args=args, name=name, daemon=True)
-
-
 def start_worker(start_method: str, target: Callable[..., None], *, name: str, channels: int,
                  args: tuple = ()) -> tuple[Any, Any, list[Any]]:
-    """Start ``target(requests, replies, *args)`` in a new worker process with one request pipe and
-    ``channels`` reply pipes; returns ``(process, request write end, reply read ends)`` (the
-    child's ends are closed here)."""
-    req_r, req_w = connection.Pipe(duplex=False)
-    replies = [connection.Pipe(duplex=False) for _ in range(channels)]
-    proc = make_process(start_method, target, (req_r, [w for _, w in replies], *args), name)
+    """Start ``target(requests, replies, *args)`` in a new daemon worker process with one request
+    pipe and ``channels`` reply pipes; returns ``(process, request write end, reply read ends)``
+    (the child's ends are closed here)."""
+    ctx = get_context(start_method)  # validates the method and sets the forkserver's preload list once
+    req_r, req_w = ctx.Pipe(duplex=False)
+    replies = [ctx.Pipe(duplex=False) for _ in range(channels)]
+    proc = ctx.Process(target=target, args=(req_r, [w for _, w in replies], *args), name=name, daemon=True)
     try:
-        proc.start()
+        with _without_main():
+            proc.start()
     except BaseException:
         for handle in (req_r, req_w, *(h for pair in replies for h in pair)):
             handle.close()

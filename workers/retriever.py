@@ -16,7 +16,8 @@ from typing import Any
 
 from host_facades.vector_cache import prune_shared
 from memory_core.generations import GenerationLeases
-from workers.pool import InlinePool, WorkerPool
+from workers.inline import InlinePool
+from workers.pool import WorkerPool
 
 
 class PooledRetriever:

@@ -196,17 +196,6 @@ def read_metadata(conn, ids: list[str]) -> dict[str, dict]:
     return out
 
 
-def _op_fts_raw(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
-    """Plain FTS5 MATCH ordered by bm25 rank: the raw baseline, no query building or boosts."""
-    rows = conn.execute(
-        "SELECT c.id, bm25(memory_index_chunks_fts) AS rank FROM memory_index_chunks_fts"
-        " JOIN memory_index_chunks c ON c.chunk_rowid = memory_index_chunks_fts.rowid"
-        " WHERE memory_index_chunks_fts MATCH ? ORDER BY rank LIMIT ?",
-        (op["query"], int(op.get("limit", 10))),
-    ).fetchall()
-    return [(r[0], float(r[1])) for r in rows]
-
-
 def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
     """Cosine top-k over the generation's vectors of one model (faiss/numpy on derived state)."""
     qvec = op["qvec"]
@@ -243,14 +232,8 @@ def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
     return run_search(conn, op["req"], vector_state=vector_state, db_id=env["db_id"])
 
 
-def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dict]:
-    return read_metadata(conn, list(op["ids"]))
-
-
 OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
-    "fts_raw": _op_fts_raw,
     "vector": _op_vector,
-    "metadata": _op_metadata,
     "run_search": _op_run_search,
 }
 
