@@ -41,13 +41,16 @@ class EmbeddingCache:
         self.enabled = enabled
         self.max_entries = max_entries
 
-    def get_many(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+    def get_many(self, provider: str, model: str, provider_key: str,
+                 hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Cached vectors for ``hashes`` under one provider identity; misses are absent."""
         if not self.enabled:
             return {}
-        return self._writer.serialized(self._get_many, provider, model, provider_key, list(dict.fromkeys(hashes)))
+        wanted = list(dict.fromkeys(hashes))
+        return self._writer.serialized(self._get_many, provider, model, provider_key, wanted)
 
-    def _get_many(self, provider: str, model: str, provider_key: str, wanted: list[str]) -> dict[str, np.ndarray]:
+    def _get_many(self, provider: str, model: str, provider_key: str,
+                  wanted: list[str]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         conn = self._writer.connection()
         for i in range(0, len(wanted), _IN_BATCH):
@@ -107,8 +110,10 @@ class EmbeddingCache:
 
     def count(self) -> int:
         """Rows in the cache."""
-        return self._writer.serialized(
-            lambda: int(self._writer.connection().execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0]))
+        return self._writer.serialized(self._count)
+
+    def _count(self) -> int:
+        return int(self._writer.connection().execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
 
     def copy_from(self, src: apsw.Connection, *, batch: int = 2000) -> int:
         """Copy the cache rows of another index database (``src``, open read-only) that this one
@@ -130,8 +135,8 @@ class EmbeddingCache:
             if not rows:
                 break
             with schema.write_tx(conn):
-                conn.executemany(f"INSERT OR IGNORE INTO memory_embedding_cache({_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
-                                 rows)
+                conn.executemany(
+                    f"INSERT OR IGNORE INTO memory_embedding_cache({_COLUMNS}) VALUES (?,?,?,?,?,?,?)", rows)
             copied += len(rows)
             if len(rows) < batch:
                 break
