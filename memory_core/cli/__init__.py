@@ -35,11 +35,11 @@ from memory_core.progress import Progress
 
 # Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
 COMMAND_MODULES = (
-    "memory_core.search.cli",  # search, get (H4)
-    "memory_core.gateway.cli",  # serve, mcp (H6)
-    "memory_core.forget_cli",  # forget, watch (H8)
-    "memory_core.bench",  # bench and the benchmarks registered with it
-    "memory_core.files_cli",  # files
+    "memory_core.cli.search",  # search, get (H4)
+    "memory_core.cli.serve",  # serve, mcp (H6)
+    "memory_core.cli.forget",  # forget, watch (H8)
+    "memory_core.cli.bench",  # bench and the benchmarks registered with it
+    "memory_core.cli.files",  # files
     "memory_core.manifest",  # plugin manifest
 )
 

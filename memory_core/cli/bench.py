@@ -35,7 +35,7 @@ def _benchmarks_on_path() -> None:
         return
     except ImportError:
         pass
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for root in (here, os.getcwd()):
         if os.path.isfile(os.path.join(root, "benchmarks", "__init__.py")):
             sys.path.insert(0, root)
