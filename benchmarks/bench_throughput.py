@@ -7,7 +7,7 @@ quantizer alone, no rescoring) is for information. The pools are configured like
 shared retrieval pool (``pipeline_depth``, workers/shared.py).
 
     python -m benchmarks.bench_throughput [--chunks 100000] [--dims 384] [--seconds 4] [--db PATH]
-    memory-core bench throughput            (when memory_core.bench registers it)
+    memory-core bench throughput            (registered in memory_core/cli/bench.py)
 
 The database is written straight into the schema: ``--chunks`` random L2-normalised vectors of
 ``--dims`` dimensions plus 30 random words of text each. Reports p50/p95 latency (one client)
@@ -465,7 +465,7 @@ def plot(out: dict[str, Any], path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``memory-core bench throughput`` (memory_core/bench.py registry)."""
+    """Entry point of ``memory-core bench throughput`` (memory_core/cli/bench.py registry)."""
     check_plot_available(args.plot)
     out = measure(chunks=args.chunks, dims=args.dims, seconds=args.seconds, samples=args.samples, db=args.db,
                   rounds=args.rounds)

@@ -51,7 +51,7 @@ def positive_int(text: str) -> int:
 
 
 def _open_core(args: argparse.Namespace) -> Any:
-    from memory_core.cli import open_core
+    from memory_core.cli.common import open_core
 
     return open_core(args)
 
@@ -128,7 +128,7 @@ def _format_explain(data: dict[str, Any]) -> str:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from memory_core.cli import print_json
+    from memory_core.cli.common import print_json
     from memory_core.search.facade import engine_for
 
     query = args.query_opt if args.query_opt is not None else args.query
@@ -188,7 +188,7 @@ def _hits_from(core: Any, data: dict[str, Any]) -> list[Any]:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    from memory_core.cli import print_json
+    from memory_core.cli.common import print_json
 
     core = _open_core(args)
     try:

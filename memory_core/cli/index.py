@@ -1,0 +1,127 @@
+"""``memory-core index`` (build or update the index) and ``memory-core status`` (what it holds)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from memory_core.cli.common import EXIT_FAILURE, open_core, print_json
+from memory_core.output import escape_control
+from memory_core.progress import Progress
+
+
+def _cmd_index(args: argparse.Namespace) -> int:
+    core = open_core(args, pool=True, repoint=args.repoint)
+    try:
+        with Progress("Indexing", unit="files") as progress:
+            summary = core.index(force=args.force, progress=progress)
+    finally:
+        core.close()
+    if args.json:
+        print_json(summary.to_json())
+    else:
+        if summary.moved_aside:
+            print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
+                  "(with its -wal/-shm, if any) and rebuilt from scratch")
+        mode = "full rebuild" if summary.full else "incremental"
+        print(f"Indexed {escape_control(core.workspace)} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
+        print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
+              f" removed {summary.removed}, unchanged {summary.unchanged}"
+              + (f", forgotten {summary.forgotten}" if summary.forgotten else ""))
+        for p in summary.problems[:20]:
+            print(f"  skipped {escape_control(p['path'])}: {escape_control(p['message'])}", file=sys.stderr)
+        if len(summary.problems) > 20:
+            print(f"  ... and {len(summary.problems) - 20} more problems (see --json)", file=sys.stderr)
+    return EXIT_FAILURE if summary.failed else 0
+
+
+def _status_json(st: dict[str, Any]) -> dict[str, Any]:
+    """The status for ``--json``: the scheduler's ``lastSync*`` fields of a process that has not
+    synced itself (a one-shot CLI) come from the last sync the index records, not null beside it."""
+    fresh, last = st.get("freshness"), st.get("last_sync")
+    if isinstance(fresh, dict) and fresh.get("lastSyncAt") is None and last and last.get("time"):
+        fresh = {**fresh, "lastSyncAt": last["time"] / 1000, "lastSyncReason": last.get("reason")}
+        if last.get("error") and fresh.get("lastSyncError") is None:
+            fresh.update(lastSyncError=last["error"], lastSyncErrorAt=last["time"] / 1000)
+        st = {**st, "freshness": fresh}
+    return st
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    core = open_core(args)
+    try:
+        st = core.status(deep=args.deep)
+    finally:
+        core.close()
+    loose = st.get("loose_permissions") or []
+    if loose:
+        shown = ", ".join(f"{escape_control(item['path'])} ({item['mode']})" for item in loose[:3])
+        print(f"warning: other users can read the index: {shown}{' ...' if len(loose) > 3 else ''}; run "
+              "`memory-core index` to make it private (files 0600, state dir 0700)", file=sys.stderr)
+    if args.json:
+        print_json(_status_json(st))
+        return 0
+    vec = st["vector"]
+    fts = st["fts"]
+    lines = [
+        f"Agent: {st['agent']}",
+        f"Workspace: {escape_control(st['workspace'])}",
+        f"Database: {escape_control(st['db_path'])}{'' if st['db_exists'] else ' (not indexed yet: run `memory-core index`)'}"
+        + (f" (state dir not writable: {st['state_dir_problem']}; it can be searched, not updated)"
+           if st.get("state_dir_problem") else ""),
+        f"Sources: {', '.join(st['sources'])}",
+        f"Files: {st['files']}  Chunks: {st['chunks']}  "
+        + "  ".join(f"{k}: {v}" for k, v in sorted(st["chunks_by_source"].items())),
+        f"Provider: {st['provider']}  Model: {st['model'] or '-'}  Dims: {st['dims'] or '-'}",
+        f"FTS: {'available' if fts['available'] else 'unavailable'} ({fts['tokenizer']})",
+        "Vector store: " + (
+            f"available (sqlite-vec {vec['sqlite_vec_version']}, backend {vec['backend']})" if vec["available"]
+            else ("disabled (keyword-only)" if not vec["enabled"] else f"unavailable ({vec['error']})")),
+        f"Revision: {st['revision']}  Dirty: {'yes' if st['dirty'] else 'no'}",
+    ]
+    ident = st.get("identity") or {}
+    if ident.get("state") == "mismatch":
+        lines.append(f"Index identity: paused ({', '.join(ident['mismatch'])} changed); "
+                     "run `memory-core index --force`")
+    elif ident.get("state"):
+        lines.append(f"Index identity: {ident['state']}")
+    last = st.get("last_sync")
+    if last:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last["time"] / 1000))
+        lines.append(f"Last sync: {when} ({last.get('reason')}){' error: ' + last['error'] if last.get('error') else ''}")
+        if last.get("problems"):
+            lines.append(f"Problems: {len(last['problems'])} file(s) skipped, e.g. "
+                         f"{escape_control(last['problems'][0]['path'])}: "
+                         f"{escape_control(last['problems'][0]['message'])}")
+    if args.deep:
+        pc = st.get("provider_check") or {}
+        if pc.get("mode") == "fts-only":
+            lines.append(f"Embeddings: none ({pc.get('reason')})")
+        else:
+            lines.append("Embeddings: " + (
+                "available" if pc.get("available") else f"unavailable ({pc.get('error')})"))
+        if "integrity" in st:
+            lines.append(f"Integrity: {st['integrity']}" + (
+                "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))
+    print("\n".join(lines))
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("index", parents=[common], help="index the workspace (incremental; --force rebuilds)",
+                       description="Index the agent workspace into its SQLite file. Incremental by default; "
+                                   "--force (or a settings change) rebuilds atomically.")
+    p.add_argument("--force", action="store_true", help="full rebuild into a temp database, swapped in atomically")
+    p.add_argument("--repoint", action="store_true",
+                   help="the index was built from another workspace: re-point it to --workspace (files not in "
+                        "the new workspace are removed from the index)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("status", parents=[common], help="show index facts",
+                       description="Files, chunks, provider, FTS/vector availability, revision and last sync.")
+    p.add_argument("--deep", action="store_true", help="also check the embedding provider and database integrity")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=_cmd_status)
