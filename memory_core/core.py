@@ -459,7 +459,7 @@ class MemoryCore:
             self._freshness.forget_path(path)  # stop tracking the transcript's appends
         return removed
 
-    # ------------------------------------------------------------------ freshness (H8, memory_core/freshness.py)
+    # ------------------------------------------------------------------ freshness (memory_core/freshness/)
     @property
     def freshness(self) -> Any:
         """The per-agent sync scheduler, created on first use; :meth:`serve_freshness` starts the
@@ -599,7 +599,7 @@ class MemoryCore:
                 return
         self._readable_ident = ident
 
-    # ------------------------------------------------------------------ search / get (H4, memory_core/search/)
+    # ------------------------------------------------------------------ search / get (memory_core/search/)
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                sources: Sequence[str] | None = None, lexical_only: bool = False,
                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> list[Any]:

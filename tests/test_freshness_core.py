@@ -1,4 +1,4 @@
-"""Acceptance tests of issue 6 on a real MemoryCore: real workspace files, the real SQLite index,
+"""Freshness acceptance tests on a real MemoryCore: real workspace files, the real SQLite index,
 the freshness scheduler running in-process with real watchfiles threads, real searches."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 11: the index owner (``MemoryCore``) on real files, a real SQLite index, real worker
+"""The index owner (``MemoryCore``) on real files, a real SQLite index, real worker
 processes and a real gateway: the workspace the index remembers, crash leftovers, failed and
 mid-sync changes, the bounded reconcile of a library search, v2 through the owner's pool, warm serve."""
 
