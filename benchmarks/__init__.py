@@ -1,4 +1,4 @@
-"""Benchmarks of memory-core (``memory-core bench NAME``, memory_core/bench.py).
+"""Benchmarks of memory-core (``memory-core bench NAME``, memory_core/cli/bench.py).
 
 Every benchmark takes ``--json PATH``: the full results are also written to PATH as JSON, or,
 with ``--json -``, printed as JSON on stdout instead of the table (progress goes to stderr).

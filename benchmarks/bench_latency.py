@@ -185,7 +185,7 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
                                                             "ok": res["memory-core hybrid"]["p50"] <= budget}
     for name in ("raw FTS5", "raw faiss", "memory-core keyword-only", "memory-core hybrid"):
         log(f"  {name:<26} p50 {res[name]['p50']:7.2f} ms   p95 {res[name]['p95']:7.2f} ms")
-    # The target is stated at 100k chunks; smaller sizes report the same ratio for information.
+    # The target is stated at 100k chunks; smaller sizes report the same ratio for information.
     verdict = ("ok" if res["target hybrid p50 <= 2x(raw FTS5 + raw faiss)"]["ok"] else "MISSED") \
         if n_chunks >= 100_000 else "info only (the target applies at 100k chunks)"
     ratio = res["memory-core hybrid"]["p50"] / max(budget / 2, 1e-9)

@@ -30,9 +30,6 @@ upstream's):
    stays bounded) and runs the per-keyword probes only if that still leaves the pool thin.
 2. Light-stem prefixes in that OR probe only: ``"respiring"`` also matches ``"respir"*``, so an
    inflected query word reaches the entry's lemma. The strict query keeps exact terms.
-Measured (this benchmark, seed 0): WordNet 1,000/10k keyword-only nDCG@10 0.360 with upstream's
-probes, 0.386 with (1), 0.413 with (1)+(2) (bm25s 0.393); Lee 0.476 upstream vs 0.706 with the
-all-keyword OR probe (bm25s 0.700). The fusions' figures are in the README.
 """
 
 from __future__ import annotations
@@ -348,7 +345,7 @@ def same_ranking(keyword: Sequence[Sequence[str]], hybrid: Sequence[Sequence[str
 
 
 def targets(results: dict[str, dict[str, float]], lists: dict[str, list[list[str]]]) -> dict[str, Any]:
-    """The issue's targets on one data set: the default hybrid beats both of its halves by 0.01,
+    """The targets on one data set: the default hybrid beats both of its halves by 0.01,
     keyword-only keeps up with bm25s, and vectorWeight 0 ranks exactly as keyword-only."""
     r = {k: v["ndcg@10"] for k, v in results.items()}
     fusion = default_fusion()

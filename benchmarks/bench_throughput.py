@@ -2,16 +2,16 @@
 
 Keyword, vector and hybrid search through the worker pool (1 and 2 workers) against the same
 search in-process and against raw faiss / raw FTS5, in one run. ``raw_faiss`` is plain
-single-threaded ``IndexFlatIP`` (the issue's baseline); ``raw_faiss_fp16_info`` (an fp16 scalar
+single-threaded ``IndexFlatIP`` (the baseline); ``raw_faiss_fp16_info`` (an fp16 scalar
 quantizer alone, no rescoring) is for information. The pools are configured like MemoryCore's
 shared retrieval pool (``pipeline_depth``, workers/shared.py).
 
     python -m benchmarks.bench_throughput [--chunks 100000] [--dims 384] [--seconds 4] [--db PATH]
-    memory-core bench throughput            (when memory_core.bench registers it)
+    memory-core bench throughput            (registered in memory_core/cli/bench.py)
 
 The database is written straight into the schema: ``--chunks`` random L2-normalised vectors of
 ``--dims`` dimensions plus 30 random words of text each. Reports p50/p95 latency (one client)
-and QPS (2 clients per worker), and the ratios the issue targets: pool overhead per query
+and QPS (2 clients per worker), and the ratios with targets: pool overhead per query
 (p50 pooled - p50 in-process, target <= 1 ms), QPS(2 workers) / QPS(1 worker) (target >= 1.7) and
 pooled vector p50 / raw single-thread faiss p50 (target <= 1.3). Next to the 2-over-1 worker
 ratio it measures the machine's own ceiling for each search: the workers' own search code, on the
@@ -322,7 +322,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
     del blobs
     index = faiss.IndexFlatIP(dims)
     index.add(matrix)
-    # for information only (the issue's baseline is the plain IndexFlatIP above): the fp16 scalar
+    # for information only (the baseline is the plain IndexFlatIP above): the fp16 scalar
     # quantizer alone, without the exact rescoring memory-core adds (host_facades/vector_state.py)
     index_fp16 = faiss.IndexScalarQuantizer(dims, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
     index_fp16.train(matrix[:1])
@@ -465,7 +465,7 @@ def plot(out: dict[str, Any], path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``memory-core bench throughput`` (memory_core/bench.py registry)."""
+    """Entry point of ``memory-core bench throughput`` (memory_core/cli/bench.py registry)."""
     check_plot_available(args.plot)
     out = measure(chunks=args.chunks, dims=args.dims, seconds=args.seconds, samples=args.samples, db=args.db,
                   rounds=args.rounds)

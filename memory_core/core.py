@@ -460,7 +460,7 @@ class MemoryCore:
             self._freshness.forget_path(path)  # stop tracking the transcript's appends
         return removed
 
-    # ------------------------------------------------------------------ freshness (H8, memory_core/freshness.py)
+    # ------------------------------------------------------------------ freshness (memory_core/freshness/)
     @property
     def freshness(self) -> Any:
         """The per-agent sync scheduler, created on first use; :meth:`serve_freshness` starts the
@@ -600,7 +600,7 @@ class MemoryCore:
                 return
         self._readable_ident = ident
 
-    # ------------------------------------------------------------------ search / get (H4, memory_core/search/)
+    # ------------------------------------------------------------------ search / get (memory_core/search/)
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                sources: Sequence[str] | None = None, lexical_only: bool = False,
                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> list[Any]:
@@ -617,11 +617,17 @@ class MemoryCore:
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
             max_chars: int | None = None) -> Any:
         """Read lines of an indexed memory file (spec §9.2); returns a ``ReadResult``."""
-        from memory_core.search.facade import core_get
+        from memory_core.read_file import read_memory_file
+        from memory_core.store.files import is_indexed_session
 
         self._check_open()
+        cfg = self.config
         with index_errors(self.db_path):
-            return core_get(self, path, from_=from_, lines=lines, max_chars=max_chars)
+            sessions_dir = resolve_sessions_dir(cfg, self.workspace) if "sessions" in cfg.sources else None
+            return read_memory_file(
+                self.workspace, path, from_=from_, lines=lines, extra_paths=list(cfg.extra_paths),
+                max_chars=max_chars, sessions_dir=sessions_dir,
+                is_indexed_session=lambda p: is_indexed_session(self.db_path, p))
 
     def files(self, *, sources: Sequence[str] | None = None) -> list[Any]:
         """The indexed files (``memory-core files``): a list of ``IndexedFile``, by source then path."""

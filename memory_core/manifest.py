@@ -1,9 +1,10 @@
 """memory-core's plugin manifest (the counterpart of upstream ``openclaw.plugin.json``).
 
 The manifest ships as package data (``memory_core/openclaw.plugin.json``); :func:`load_manifest`
-reads it and ``memory-core plugin manifest`` prints it. :func:`build_manifest` is its source: the
-``configSchema`` is generated from :class:`~memory_core.config.MemoryCoreConfig`, and a test keeps
-the shipped file equal to it (regenerate with ``python -m memory_core.manifest --write``).
+reads it and ``memory-core plugin manifest`` (:mod:`memory_core.cli.plugin`) prints it.
+:func:`build_manifest` is its source: the ``configSchema`` is generated from
+:class:`~memory_core.config.MemoryCoreConfig`, and a test keeps the shipped file equal to it
+(regenerate with ``python -m memory_core.manifest --write``).
 Instead of a minimum host version, the manifest declares what memory-core implements: gateway
 protocol 4, the memory method versions and the OpenClaw release its real-client test runs against.
 """
@@ -104,26 +105,14 @@ def manifest_text(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
 
 
+def shipped_manifest_text() -> str:
+    """The shipped manifest file's text (package data), as ``memory-core plugin manifest`` prints it."""
+    return resources.files("memory_core").joinpath(MANIFEST_FILE).read_text(encoding="utf-8")
+
+
 def load_manifest() -> dict[str, Any]:
     """The shipped manifest (package data)."""
-    return json.loads(resources.files("memory_core").joinpath(MANIFEST_FILE).read_text(encoding="utf-8"))
-
-
-def _cmd_manifest(args: Any) -> int:
-    sys.stdout.write(resources.files("memory_core").joinpath(MANIFEST_FILE).read_text(encoding="utf-8"))
-    return 0
-
-
-def register(sub: Any, common: Any) -> None:
-    """``memory-core plugin manifest``: print the shipped plugin manifest (JSON)."""
-    plugin = sub.add_parser("plugin", parents=[common], help="the plugin manifest a host reads",
-                            description="What a host needs to register memory-core as its memory plugin.")
-    actions = plugin.add_subparsers(dest="plugin_command", metavar="ACTION")
-    p = actions.add_parser("manifest", parents=[common], help="print the plugin manifest (openclaw.plugin.json)",
-                           description="Print memory-core's openclaw.plugin.json: id, kind, contracts, the "
-                                       "protocol versions it implements and its config schema.")
-    p.set_defaults(func=_cmd_manifest)
-    plugin.set_defaults(func=lambda args: (plugin.print_help(sys.stderr), 2)[1])
+    return json.loads(shipped_manifest_text())
 
 
 def main(argv: list[str] | None = None) -> int:

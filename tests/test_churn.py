@@ -1,4 +1,4 @@
-"""Issue 11's churn acceptance test: ``memory-core serve`` over 2,000 memory files while a writer
+"""The churn acceptance test: ``memory-core serve`` over 2,000 memory files while a writer
 changes one every 200 ms, 8 WebSocket clients search, and two CLI ``index --force`` and two CLI
 ``index`` runs write the same index from other processes.
 

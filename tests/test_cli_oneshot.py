@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cli import build_parser, open_core
+from memory_core.cli import build_parser
+from memory_core.cli.common import open_core
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -1,4 +1,4 @@
-"""Acceptance tests of issue 6 on a real MemoryCore: real workspace files, the real SQLite index,
+"""Freshness acceptance tests on a real MemoryCore: real workspace files, the real SQLite index,
 the freshness scheduler running in-process with real watchfiles threads, real searches."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from memory_core.cli import main as cli_main
+from memory_core.cli.forget import forget_session
 from memory_core.config import MemoryCoreConfig
 from memory_core.core import MemoryCore
 from memory_core.errors import ForgetRefused
-from memory_core.forget_cli import forget_session, session_index_path
 from memory_core.freshness import FreshnessSettings
 from memory_core.search.engine import SearchEngine
+from memory_core.session_keys import session_index_path
 from tests.helpers import wait_for
 
 

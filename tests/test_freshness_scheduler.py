@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from memory_core.freshness import Freshness, FreshnessSettings
 from memory_core.freshness import sessions as freshness_sessions
-from memory_core.freshness import Freshness, FreshnessSettings, count_newlines
+from memory_core.freshness.sessions import count_newlines
 from memory_core.watcher import (
     KIND_MEMORY,
     KIND_ROOT,

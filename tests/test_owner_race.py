@@ -1,5 +1,5 @@
 """The index owner under concurrent use in one process: searches and identity reads on read-only
-connections while the writer publishes and another process swaps the file (issue 11)."""
+connections while the writer publishes and another process swaps the file."""
 
 from __future__ import annotations
 

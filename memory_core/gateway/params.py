@@ -32,14 +32,8 @@ REFERENCE_FIELDS = "reference.providerId and reference.id are required"
 _MISSING: Any = object()
 
 
-def _is_number(value: Any) -> bool:
-    """JavaScript ``typeof value === "number" && Number.isFinite(value)`` (booleans are not numbers;
-    an integer too large for a float, like ``10**400``, is ``Infinity`` there)."""
-    return is_finite_number(value)
-
-
 def _is_positive_int(value: Any) -> bool:
-    return _is_number(value) and float(value).is_integer() and value >= 1
+    return is_finite_number(value) and float(value).is_integer() and value >= 1
 
 
 def as_record(params: Any) -> dict[str, Any]:
@@ -52,9 +46,9 @@ def memory_version(params: dict[str, Any]) -> Literal[1, 2]:
     version = params.get("version", _MISSING)
     if version is _MISSING or version is None:
         return 1
-    if _is_number(version) and version == 2:
+    if is_finite_number(version) and version == 2:
         return 2
-    if _is_number(version) and version == 1:
+    if is_finite_number(version) and version == 1:
         return 1
     raise invalid_request(UNSUPPORTED_VERSION)
 
@@ -133,10 +127,10 @@ def parse_v1_search(params: dict[str, Any], budget: QueryBudget | None = None) -
         raise invalid_request(QUERY_REQUIRED)
     check_budget(budget, query)
     raw_max = params.get("maxResults", _MISSING)
-    if raw_max is not _MISSING and not _is_number(raw_max):
+    if raw_max is not _MISSING and not is_finite_number(raw_max):
         raise invalid_request(V1_NUMBERS)
     raw_min = params.get("minScore", _MISSING)
-    if raw_min is not _MISSING and not _is_number(raw_min):
+    if raw_min is not _MISSING and not is_finite_number(raw_min):
         raise invalid_request(V1_NUMBERS)
     max_results = DEFAULT_MAX_RESULTS if raw_max is _MISSING else min(MAX_RESULTS, max(1, math.floor(raw_max)))
     return V1Search(query=query, max_results=max_results, min_score=None if raw_min is _MISSING else float(raw_min))
@@ -158,7 +152,7 @@ def _number(params: dict[str, Any], key: str, *, integer: bool = False) -> int |
     value = params.get(key, _MISSING)
     if value is _MISSING:
         return None
-    if not _is_number(value) or (integer and not _is_positive_int(value)):
+    if not is_finite_number(value) or (integer and not _is_positive_int(value)):
         raise invalid_request(f"{key} must be a {'positive integer' if integer else 'finite number'}")
     if integer and value > MAX_SAFE_INTEGER:
         raise invalid_request(f"{key} must be a positive integer no larger than {MAX_SAFE_INTEGER}")

@@ -56,3 +56,28 @@ def list_indexed_files(db_path: str, sources: list[str] | None = None) -> list[I
     return [IndexedFile(path=path, source=source, chunks=int(chunks), size=size, mtime_ms=mtime,
                         indexed_at=None if at is None else int(at))
             for source, path, size, mtime, chunks, at in rows]
+
+
+def is_indexed_session(db_path: str, rel_path: str) -> bool:
+    """Whether the index at ``db_path`` holds the session transcript ``rel_path`` (``sessions/x.jsonl``);
+    False when there is no index or no schema yet. An unreadable index raises its typed error."""
+    if not os.path.exists(db_path):
+        return False
+    import apsw
+
+    from host_facades.sqlite_read import open_readonly
+    from memory_core.store.access import index_errors
+
+    with index_errors(db_path):
+        try:
+            conn = open_readonly(db_path, load_vec=False)
+        except FileNotFoundError:
+            return False
+    try:
+        row = conn.execute("SELECT 1 FROM memory_index_sources WHERE path = ? AND source = 'sessions'",
+                           (rel_path,)).fetchone()
+        return row is not None
+    except apsw.SQLError:
+        return False
+    finally:
+        conn.close()

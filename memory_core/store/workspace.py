@@ -1,4 +1,4 @@
-"""What the index remembers about its workspace: the realpath it was built from (issue 11).
+"""What the index remembers about its workspace: the realpath it was built from.
 
 A sync compares the workspace's files with the index and prunes what is gone, so an index synced
 against the wrong folder loses everything. The owner refuses to open an index recorded for another

@@ -1,98 +1,15 @@
-"""The ``memory-core`` command line.
-
-The CLI is a registry: this module defines the global options, the error -> exit code mapping and
-the commands it owns (``index``, ``status``). Other modules add their commands without editing this
-file by exposing ``register(subparsers, common)`` and being listed in ``COMMAND_MODULES``; each is
-imported inside ``try/except ImportError``, so a module that does not exist yet simply adds nothing.
-
-``register(subparsers, common)`` receives argparse's sub-parsers object and a parent parser holding
-the global options; it must call ``subparsers.add_parser(name, parents=[common], ...)`` and set
-``func=handler`` with ``handler(args) -> int``. ``open_core(args)`` builds the MemoryCore for the
-global options. Handlers raise :class:`MemoryCoreError` for failures; :func:`main` prints one line
-``error: <message>`` on stderr and exits 2 (configuration/usage) or 1 (everything else).
-"""
+"""``memory-core index`` (build or update the index) and ``memory-core status`` (what it holds)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from memory_core.errors import (
-    ConfigError,
-    InvalidRequest,
-    MemoryCoreError,
-    StateDirNotWritable,
-    WorkspaceError,
-)
+from memory_core.cli.common import EXIT_FAILURE, open_core, print_json
 from memory_core.output import escape_control
 from memory_core.progress import Progress
-
-# Modules that may contribute sub-commands (owner in parentheses). Missing modules are skipped.
-COMMAND_MODULES = (
-    "memory_core.search.cli",  # search, get (H4)
-    "memory_core.gateway.cli",  # serve, mcp (H6)
-    "memory_core.forget_cli",  # forget, watch (H8)
-    "memory_core.bench",  # bench and the benchmarks registered with it
-    "memory_core.files_cli",  # files
-    "memory_core.manifest",  # plugin manifest
-)
-
-# exit 2: the command line or the configuration must change (including a state dir that cannot
-# be written); exit 1: everything else (e.g. IndexCorrupt: run `memory-core index --force`)
-USAGE_ERRORS = (ConfigError, WorkspaceError, InvalidRequest, StateDirNotWritable)
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
-
-
-def common_parser() -> argparse.ArgumentParser:
-    """The global options every command takes."""
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("global options")
-    g.add_argument("--workspace", metavar="PATH", help="agent workspace (default: configured workspace, else cwd)")
-    g.add_argument("--agent", metavar="ID", default=None, help="agent id (default: main)")
-    g.add_argument("--config", metavar="FILE", help="TOML or JSON config file")
-    return p
-
-
-def load_cli_config(args: argparse.Namespace) -> Any:
-    from memory_core.config import load_config
-
-    cfg = load_config(getattr(args, "config", None))
-    agent = getattr(args, "agent", None)
-    if agent and agent != cfg.agent_id:
-        cfg = cfg.for_agent(agent)
-    for notice in cfg.notices:
-        print(f"warning: {notice}", file=sys.stderr)
-    return cfg
-
-
-def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) -> Any:
-    """The MemoryCore for ``--workspace/--agent/--config``.
-
-    A one-shot command (the default) runs in-process (``pool.workers = 0``): starting worker
-    processes costs more than the one query they would answer. ``pool=True`` keeps the configured
-    pool, for long-running commands and for ``index`` (which hands work to it only when it pays)."""
-    from memory_core.core import MemoryCore
-
-    cfg = load_cli_config(args)
-    return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg,
-                      pool=None if pool else False, **kwargs)
-
-
-def print_json(data: Any) -> None:
-    """Every ``--json`` output: camelCase keys (memory_core.output.camel_keys), sorted."""
-    from memory_core.output import camel_keys
-
-    sys.stdout.write(json.dumps(camel_keys(data), indent=2, sort_keys=True, default=str) + "\n")
-
-
-# ---------------------------------------------------------------------- index / status
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
@@ -192,7 +109,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_builtin(sub: Any, common: argparse.ArgumentParser) -> None:
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("index", parents=[common], help="index the workspace (incremental; --force rebuilds)",
                        description="Index the agent workspace into its SQLite file. Incremental by default; "
                                    "--force (or a settings change) rebuilds atomically.")
@@ -208,60 +125,3 @@ def _register_builtin(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--deep", action="store_true", help="also check the embedding provider and database integrity")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=_cmd_status)
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line, like every other error: ``error: <command>: <problem> (see --help)``."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = common_parser()
-    parser = _Parser(
-        prog="memory-core",
-        description="Index and search an agent's Markdown memory and session transcripts (OpenClaw Memory Core).",
-    )
-    from memory_core import __version__
-
-    parser.add_argument("--version", action="version", version=f"memory-core {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _register_builtin(sub, common)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            if exc.name and (exc.name == name or name.startswith(exc.name + ".")):
-                continue  # the module does not exist (yet)
-            raise
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(sub, common)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    try:
-        return int(args.func(args) or 0)
-    except MemoryCoreError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
-        except OSError:
-            pass
-        return EXIT_FAILURE
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

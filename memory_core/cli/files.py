@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from memory_core.cli.common import open_core, print_json
 from memory_core.store.files import IndexedFile
 
 
@@ -38,8 +39,6 @@ def format_files(files: list[IndexedFile]) -> str:
 
 
 def _cmd_files(args: argparse.Namespace) -> int:
-    from memory_core.cli import open_core, print_json
-
     core = open_core(args)
     try:
         files = core.files(sources=args.source)

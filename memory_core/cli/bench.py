@@ -2,9 +2,10 @@
 
 Each benchmark module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and its docstring's
 first line is the help text (read from the source: a module is imported only when its benchmark
-runs or shows its help). ``BENCHMARKS`` maps names to modules; a module that is not present
-(yet) adds nothing. ``benchmarks`` ships with the distribution; in a source checkout that is not
-installed, the checkout next to this package (or the current directory) is put on ``sys.path``.
+runs or shows its help). ``BENCHMARKS`` maps names to modules; one that cannot be found is a
+ModuleNotFoundError when the parser is built, like a missing command module. ``benchmarks`` ships
+with the distribution; in a source checkout that is not installed, the checkout that holds this
+package (or the current directory) is put on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -35,33 +36,26 @@ def _benchmarks_on_path() -> None:
         return
     except ImportError:
         pass
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for root in (here, os.getcwd()):
         if os.path.isfile(os.path.join(root, "benchmarks", "__init__.py")):
             sys.path.insert(0, root)
             return
 
 
-def load_benchmark(module_name: str) -> ModuleType | None:
+def load_benchmark(module_name: str) -> ModuleType:
     _benchmarks_on_path()
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        if exc.name and (exc.name == module_name or module_name.startswith(exc.name + ".")):
-            return None
-        raise
+    return importlib.import_module(module_name)
 
 
-def _first_doc_line(module_name: str) -> str | None:
+def _first_doc_line(module_name: str) -> str:
     """The first line of ``module_name``'s docstring, read from its source without importing it
-    (benchmarks import numpy and more at the top); None when the module does not exist."""
+    (benchmarks import numpy and more at the top); ModuleNotFoundError when there is no such module."""
     _benchmarks_on_path()
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except ImportError:
-        return None
+    spec = importlib.util.find_spec(module_name)
     if spec is None:
-        return None
+        raise ModuleNotFoundError(f"No module named {module_name!r} (a benchmark of memory-core bench)",
+                                  name=module_name)
     name = module_name.rsplit(".", 1)[-1]
     if not spec.origin or not spec.origin.endswith(".py"):
         return name
@@ -94,8 +88,6 @@ class LazyBenchmarkParser(argparse.ArgumentParser):
             return
         self._loaded = True
         mod = load_benchmark(self._module_name)
-        if mod is None:  # removed since the help line was read
-            self.error(f"the benchmark module {self._module_name} is not installed")
         mod.add_arguments(self)
         self.set_defaults(func=mod.run)
 
@@ -113,11 +105,8 @@ class LazyBenchmarkParser(argparse.ArgumentParser):
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``bench`` with one sub-command per benchmark module that exists (imported when run)."""
-    found = {name: (modname, doc) for name, modname in BENCHMARKS.items()
-             if (doc := _first_doc_line(modname)) is not None}
-    if not found:
-        return
+    """Add ``bench`` with one sub-command per benchmark module (imported when run)."""
+    found = {name: (modname, _first_doc_line(modname)) for name, modname in BENCHMARKS.items()}
     # no global options (--workspace/--agent/--config): benchmarks build their own data and ignore them
     p = subparsers.add_parser("bench", help="run a benchmark (" + ", ".join(found) + ")",
                               description="Benchmarks; each prints a table and can write JSON.")

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from memory_core.cli.common import open_core
 from memory_core.errors import InvalidRequest
 from memory_core.output import escape_control
 from memory_core.validation import check_search
@@ -48,12 +49,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
     return value
-
-
-def _open_core(args: argparse.Namespace) -> Any:
-    from memory_core.cli import open_core
-
-    return open_core(args)
 
 
 def format_hits(hits: list[Any], query: str = "", *, texts: dict[str, str] | None = None,
@@ -128,14 +123,13 @@ def _format_explain(data: dict[str, Any]) -> str:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from memory_core.cli import print_json
-    from memory_core.search.facade import engine_for
+    from memory_core.cli.common import print_json
 
     query = args.query_opt if args.query_opt is not None else args.query
     if query is None or not query.strip():
         raise InvalidRequest("a query is required: memory-core search QUERY (or --query TEXT)"
                              + ("; the query given was blank" if query is not None else ""))
-    core = _open_core(args)
+    core = open_core(args)
     try:
         kwargs = dict(max_results=args.max_results, min_score=args.min_score, sources=args.source,
                       lexical_only=args.lexical_only, active_project_keys=args.project)
@@ -143,7 +137,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
             check_search(core.config, query, args.max_results, args.min_score)  # before before_search's sync
             if query.strip():
                 core.before_search()
-            data = engine_for(core).explain(query, **kwargs)
+            data = core.search_engine.explain(query, **kwargs)
             if args.json:
                 print_json(data)
             else:
@@ -188,9 +182,9 @@ def _hits_from(core: Any, data: dict[str, Any]) -> list[Any]:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    from memory_core.cli import print_json
+    from memory_core.cli.common import print_json
 
-    core = _open_core(args)
+    core = open_core(args)
     try:
         result = core.get(args.path, from_=args.from_, lines=args.lines)
     finally:

@@ -1,5 +1,4 @@
-"""``memory-core forget --session KEY`` and ``memory-core watch`` (listed in the CLI registry,
-``memory_core.cli.COMMAND_MODULES``; this module imports nothing heavy, so ``--help`` stays fast).
+"""``memory-core forget --session KEY`` and ``memory-core watch``.
 
 Forgetting removes a session transcript's chunks and derived rows and leaves a tombstone, so a
 later sync never publishes that transcript again (spec §1.4, §8.5). Memory files are refused:
@@ -15,10 +14,9 @@ import sys
 import time
 from typing import Any
 
-from memory_core.session_keys import session_index_path
+from memory_core.cli.common import open_core, print_json
 from memory_core.errors import IndexUnreadable, StateDirNotWritable
-
-__all__ = ["forget_session", "register", "session_index_path"]
+from memory_core.session_keys import session_index_path
 
 
 def forget_session(core: Any, key: str, *, force: bool = False) -> dict[str, Any]:
@@ -32,8 +30,6 @@ def forget_session(core: Any, key: str, *, force: bool = False) -> dict[str, Any
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
-    from memory_core.cli import open_core, print_json
-
     core = open_core(args)
     try:
         out = forget_session(core, args.session, force=args.force)
@@ -52,8 +48,6 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 
 def _cmd_watch(args: argparse.Namespace) -> int:
     """Keep the index fresh in the foreground until interrupted (what ``serve`` does in the background)."""
-    from memory_core.cli import open_core
-
     core = open_core(args, pool=True)
     try:
         _ = core.writer  # fail now, with the one-line error, on a read-only state dir or an unreadable index

@@ -1,8 +1,4 @@
-"""``memory-core serve`` (the gateway WebSocket server) and ``memory-core mcp`` (the MCP stdio server).
-
-Registered into the core CLI through ``register(subparsers, common)``; ``main()`` is that CLI
-(``python -m memory_core.gateway.cli serve ...`` equals ``memory-core serve ...``).
-"""
+"""``memory-core serve`` (the gateway WebSocket server) and ``memory-core mcp`` (the MCP stdio server)."""
 
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 from memory_core.errors import ConfigError, MemoryCoreError
@@ -121,14 +116,3 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "{path, from?, lines?, corpus?} to agents over MCP (stdio).",
     )
     p.set_defaults(func=_cmd_mcp)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m memory_core.gateway.cli``: the memory-core CLI (serve and mcp are its commands)."""
-    from memory_core.cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,59 @@
+"""What every command of the ``memory-core`` CLI shares: the global options, the MemoryCore they
+open, ``--json`` output and the exit codes (:func:`memory_core.cli.main` maps errors to them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from memory_core.errors import ConfigError, InvalidRequest, StateDirNotWritable, WorkspaceError
+
+# exit 2: the command line or the configuration must change (including a state dir that cannot
+# be written); exit 1: everything else (e.g. IndexCorrupt: run `memory-core index --force`)
+USAGE_ERRORS = (ConfigError, WorkspaceError, InvalidRequest, StateDirNotWritable)
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def common_parser() -> argparse.ArgumentParser:
+    """The global options every command takes."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("global options")
+    g.add_argument("--workspace", metavar="PATH", help="agent workspace (default: configured workspace, else cwd)")
+    g.add_argument("--agent", metavar="ID", default=None, help="agent id (default: main)")
+    g.add_argument("--config", metavar="FILE", help="TOML or JSON config file")
+    return p
+
+
+def load_cli_config(args: argparse.Namespace) -> Any:
+    from memory_core.config import load_config
+
+    cfg = load_config(getattr(args, "config", None))
+    agent = getattr(args, "agent", None)
+    if agent and agent != cfg.agent_id:
+        cfg = cfg.for_agent(agent)
+    for notice in cfg.notices:
+        print(f"warning: {notice}", file=sys.stderr)
+    return cfg
+
+
+def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) -> Any:
+    """The MemoryCore for ``--workspace/--agent/--config``.
+
+    A one-shot command (the default) runs in-process (``pool.workers = 0``): starting worker
+    processes costs more than the one query they would answer. ``pool=True`` keeps the configured
+    pool, for long-running commands and for ``index`` (which hands work to it only when it pays)."""
+    from memory_core.core import MemoryCore
+
+    cfg = load_cli_config(args)
+    return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg,
+                      pool=None if pool else False, **kwargs)
+
+
+def print_json(data: Any) -> None:
+    """Every ``--json`` output: camelCase keys (memory_core.output.camel_keys), sorted."""
+    from memory_core.output import camel_keys
+
+    sys.stdout.write(json.dumps(camel_keys(data), indent=2, sort_keys=True, default=str) + "\n")
