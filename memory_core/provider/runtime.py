@@ -483,7 +483,7 @@ class MemoryCoreProvider:
         query_vector = await self._embed(query) if not req.lexical_only else None
         core = self._runtime.core(self.agent_id)
         lexical_only = bool(req.lexical_only) or query_vector is None
-        window = min(RESULT_WINDOW, max(max_results * WINDOW_PAGES, 24))
+        window = result_window(max_results)
         # the owner's search: its freshness check (an answer that may miss changes says so), its
         # engine and its pool, as for v1, MCP and the CLI
         # details=False: the hits and their revision only, no retriever candidates or score parts
@@ -661,6 +661,11 @@ def _candidate_hit(row: dict[str, Any]) -> SearchHit:
                      score=0.0, snippet=row["text"], source=row["source"], importance=row["importance"],
                      triggers=row["triggers"], project_key=row["project_key"],
                      provenance={"origin_class": row["origin_class"]}, hash=row["hash"])
+
+
+def result_window(max_results: int) -> int:
+    """How many hits a search of ``max_results`` per page ranks (and pins for its cursor pages)."""
+    return min(RESULT_WINDOW, max(max_results * WINDOW_PAGES, 24))
 
 
 def _note_applies(note: str, requested: list[str]) -> bool:
