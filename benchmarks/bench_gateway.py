@@ -6,10 +6,11 @@
 Builds a keyword-only workspace of ``--files`` generated notes, indexes it, starts ``memory-core
 serve`` as a separate process on a free loopback port, then measures, in one run:
 
-- in-process ``MemoryCore.search`` p50/p95 (the baseline, same queries), gateway ``memory.search``
-  v1 and v2 p50/p95 over one warm connection, and a protocol round trip (a request refused by
-  validation: frames, JSON and dispatch only), interleaved sample by sample so that all rows see
-  the same machine load; the overhead is p50(gateway v1) - p50(in-process) (target <= 2 ms);
+- in-process ``MemoryCore.search`` p50/p95 (the baseline, same queries), the same search ranking v2's
+  result window (four pages: what a v2 search ranks to pin its cursor pages), gateway
+  ``memory.search`` v1 and v2 p50/p95 over one warm connection, and a protocol round trip (a request
+  refused by validation: frames, JSON and dispatch only), interleaved sample by sample so that all
+  rows see the same machine load; the overhead is p50(gateway v1) - p50(in-process) (target <= 2 ms);
 - searches/s with ``--clients`` concurrent connections (each sends its next request when the
   previous answer arrives) for ``--seconds``.
 
@@ -37,6 +38,7 @@ from benchmarks.plot import add_plot_argument, check_plot_available, latency_dis
 from memory_core.progress import Progress
 
 TOKEN = "bench-token"
+MAX_RESULTS = 6
 WORDS = ("falcon staging latency coffee postgres deploy window certificate roast editor theme cluster backup "
          "quota migration schema index vector lexical ranking decay snippet citation agent session memory "
          "gateway token socket benchmark release rollout incident alert metric budget review").split()
@@ -78,16 +80,19 @@ def start_server(config_path: Path, env: dict[str, str]) -> tuple[subprocess.Pop
 
 async def interleaved_latency(url: str, core: Any, queries: list[str], samples: int,
                               raw: dict[str, list[float]] | None = None) -> dict[str, Any]:
-    """Per sample, one in-process search, one gateway v1, one gateway v2 and one protocol round trip
-    (a request refused by validation): interleaving gives all four rows the same machine load.
-    ``raw`` (optional) receives each row's latencies in ms."""
+    """Per sample, one in-process search (and one ranking v2's window), one gateway v1, one gateway v2
+    and one protocol round trip (a request refused by validation): interleaving gives all rows the same
+    machine load. ``raw`` (optional) receives each row's latencies in ms."""
     from memory_core.gateway.client import GatewayCallError, GatewayClient
+    from memory_core.provider.runtime import result_window
 
-    rows: dict[str, list[float]] = {"in_process": [], "gateway_v1": [], "gateway_v2": [], "round_trip": []}
+    rows: dict[str, list[float]] = {"in_process": [], "in_process_v2_window": [], "gateway_v1": [],
+                                    "gateway_v2": [], "round_trip": []}
+    window = result_window(MAX_RESULTS)
     async with await GatewayClient.open(url, token=TOKEN) as client:
         for i in range(10):  # warm-up: engine caches and first-use imports on both sides
             q = queries[i % len(queries)]
-            core.search(q, max_results=6)
+            core.search(q, max_results=MAX_RESULTS)
             await client.call("memory.search", _params(q, None))
             await client.call("memory.search", _params(q, 2))
         progress = Progress("  latency samples", samples, unit="samples")
@@ -95,8 +100,11 @@ async def interleaved_latency(url: str, core: Any, queries: list[str], samples: 
             progress(i)
             q = queries[i % len(queries)]
             t = time.perf_counter()
-            core.search(q, max_results=6)
+            core.search(q, max_results=MAX_RESULTS)
             rows["in_process"].append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            core.search(q, max_results=window)
+            rows["in_process_v2_window"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             await client.call("memory.search", _params(q, None))
             rows["gateway_v1"].append((time.perf_counter() - t) * 1000)
@@ -117,7 +125,7 @@ async def interleaved_latency(url: str, core: Any, queries: list[str], samples: 
 
 
 def _params(query: str, version: int | None) -> dict[str, Any]:
-    params: dict[str, Any] = {"query": query, "maxResults": 6}
+    params: dict[str, Any] = {"query": query, "maxResults": MAX_RESULTS}
     if version is not None:
         params["version"] = version
     return params
@@ -201,8 +209,9 @@ def table(r: dict[str, Any]) -> str:
     lines = [(f"gateway benchmark: {r['files']} files, {r['chunks']} chunks, {r['cpu_count']} CPUs "
               f"(indexed in {r['index_s']} s)"),
              f"{'path':<22}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}"]
-    for key, label in (("in_process", "in-process search"), ("gateway_v1", "gateway v1"),
-                       ("gateway_v2", "gateway v2"), ("round_trip", "protocol round trip")):
+    for key, label in (("in_process", "in-process search"), ("in_process_v2_window", "in-process, v2 window"),
+                       ("gateway_v1", "gateway v1"), ("gateway_v2", "gateway v2"),
+                       ("round_trip", "protocol round trip")):
         row = r[key]
         lines.append(f"{label:<22}{row['p50_ms']:>10.3f}{row['p95_ms']:>10.3f}{row['n']:>7}")
     verdict = "ok" if r["overhead_ok"] else "over target"

@@ -44,9 +44,10 @@ class RankingOptions:
     active_project_keys: tuple[str, ...] | None = None
 
 
-def citation_for(path: str, start_line: int, end_line: int) -> str:
-    """``path#Lx`` when the range is one line, else ``path#Lx-Ly`` (spec §9.1)."""
-    if start_line == end_line:
+def citation_for(path: str, start_line: int, end_line: int, *, always_range: bool = False) -> str:
+    """``path#Lx`` when the range is one line, else ``path#Lx-Ly`` (spec §9.1); with ``always_range``,
+    ``path#Lx-Ly`` for one line too (the legacy adapter's label, provider-runtime.md §3.4)."""
+    if start_line == end_line and not always_range:
         return f"{path}#L{start_line}"
     return f"{path}#L{start_line}-L{end_line}"
 
@@ -242,10 +243,11 @@ def prepare_active_project_keys(keys: Iterable[str] | None) -> frozenset[str] | 
     return cleaned or None
 
 
-def project_keys_of(project_key: str | None) -> list[str]:
-    """The valid keys of a ``;``-separated annotation (blank entries are invalid and ignored)."""
+def project_keys_of(project_key: str | None) -> list[str] | None:
+    """The keys of a ``;``-separated project annotation, blank entries dropped; None without an
+    annotation (``[]`` is an annotation that names no key, which makes an entry keyless, not global)."""
     if not isinstance(project_key, str):
-        return []
+        return None
     return [k.strip() for k in project_key.split(";") if k.strip()]
 
 

@@ -224,6 +224,9 @@ class CursorPins:
         self.sweep()
         with self._lock:
             pin = self._pins.get(token)
+        if pin is not None and pin.expires_at <= self._clock():
+            self.release(token)  # expired behind a live pin (the clock stepped back)
+            pin = None
         if pin is None:
             raise CursorExpired(
                 f"pagination cursor expired (cursors pin their index generation for {self.ttl_s:g} s) "
@@ -242,7 +245,13 @@ class CursorPins:
         """Release every expired pin; returns how many were released."""
         now = self._clock()
         with self._lock:
-            expired = [t for t, p in self._pins.items() if p.expires_at <= now]
+            # pins are kept in expiry order (one TTL, a monotonic clock): stop at the first live one,
+            # so a search that pins does not walk every live cursor
+            expired = []
+            for token, pin in self._pins.items():
+                if pin.expires_at > now:
+                    break
+                expired.append(token)
             pins = [self._pins.pop(t) for t in expired]
         for pin in pins:
             pin.lease.release()

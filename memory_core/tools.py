@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 from memory_core.errors import InvalidRequest, MemoryCoreError, redact_paths
-from memory_core.host.legacy import strip_memory_annotation_carriers
+from memory_core.search.render import mcp_result
 from memory_core.validation import MAX_SAFE_INTEGER, check_query, is_finite_number, shown
 
 log = logging.getLogger("memory_core.tools")
@@ -295,7 +295,7 @@ class MemoryTools:
                 return unavailable_result(partial, agent_id=agent_id, deadline=True, timeout_ms=self.timeout_ms)
             mode = "keyword-only"
         cite = include_citations(self.config.citations, session_key)
-        results = [self._result(hit, cite) for hit in hits]
+        results = [mcp_result(hit, cite=cite) for hit in hits]
         tool_ms = (time.perf_counter() - started) * 1000
         search_ms = timing.get("search", tool_ms - timing.get("manager", 0.0))
         out: dict[str, Any] = {
@@ -322,20 +322,6 @@ class MemoryTools:
             "hits": len(results),
         }
         return {k: v for k, v in out.items() if v is not None}
-
-    @staticmethod
-    def _result(hit: Any, cite: bool) -> dict[str, Any]:
-        data = hit.to_dict() if hasattr(hit, "to_dict") else dict(hit)
-        for key in ("id", "sourceMtime"):
-            data.pop(key, None)
-        data["corpus"] = data.get("source", "memory")
-        data["snippet"] = strip_memory_annotation_carriers(data["snippet"])
-        data.pop("citation", None)
-        if cite:
-            start, end = data["startLine"], data["endLine"]
-            data["citation"] = f"{data['path']}#L{start}" if start == end else f"{data['path']}#L{start}-L{end}"
-            data["snippet"] = f"{data['snippet'].rstrip()}\n\nSource: {data['citation']}"
-        return data
 
     # ------------------------------------------------------------------ memory_get
 

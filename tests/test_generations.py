@@ -159,6 +159,25 @@ def test_cursor_pins_expire_after_ttl_and_release_their_lease():
     assert pins.release(t2) and leases.count() == 0
 
 
+def test_cursor_pins_sweep_releases_the_expired_oldest_pins_only():
+    now = [0.0]
+    leases = GenerationLeases()
+    pins = CursorPins(leases, ttl_s=10, clock=lambda: now[0])
+    tokens = []
+    for rev in range(4):  # pinned at t = 0, 1, 2, 3
+        tokens.append(pins.pin("db", rev))
+        now[0] += 1
+    now[0] = 11.5  # the first two are past their TTL
+    assert pins.sweep() == 2 and len(pins) == 2 and leases.snapshot() == {("db", 2): 1, ("db", 3): 1}
+    now[0] = 1.0  # a clock that stepped back pins behind live ones: get still refuses it once expired
+    late = pins.pin("db", 9)
+    now[0] = 12.5
+    assert pins.sweep() == 1 and len(pins) == 2  # t=2 expired; stops at t=3, still live
+    with pytest.raises(CursorExpired):
+        pins.get(late)
+    assert leases.snapshot() == {("db", 3): 1}
+
+
 def test_run_consistent_retries_until_parts_agree_then_gives_up():
     answers = iter([[{"db_id": "d", "revision": 1}, {"db_id": "d", "revision": 2}],
                     [{"db_id": "d", "revision": 2}, {"db_id": "d", "revision": 2}]])

@@ -12,7 +12,7 @@ import pytest
 from memory_core.errors import ProviderContractError
 from memory_core.host.audiences import AudienceRegistry
 from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
-from memory_core.host.legacy import MemorySearchResult, SessionVisibilityAuthorizer, strip_memory_annotation_carriers
+from memory_core.host.legacy import MemorySearchResult, SessionVisibilityAuthorizer
 from memory_core.provider.types import (
     ConversationRecallContext,
     HostAuthority,
@@ -22,6 +22,7 @@ from memory_core.provider.types import (
     OperatorAuthority,
     SessionAuthority,
 )
+from memory_core.search.render import strip_memory_annotation_carriers
 
 PID = "memory-core"
 

@@ -580,7 +580,7 @@ def test_checklist_21_assert_current_before_each_io(indexed: MemoryCoreConfig) -
         calls = engine_spy(runtime)
         before = caller.checks
         await raw.search({"query": "tomatoes", "minScore": 0})
-        assert caller.checks - before >= 4  # entry, before/after the engine read, before/after the row read
+        assert caller.checks - before >= 3  # entry, before and after the engine read (the hits carry their rows)
         caller.revoked = "revoked before search"
         with pytest.raises(AuthorityNotCurrent, match="^revoked before search$"):
             await raw.search({"query": "tomatoes"})
@@ -743,6 +743,40 @@ def test_checklist_11_pagination_cursor(indexed: MemoryCoreConfig) -> None:
                                    "or is unknown; run the search again without a cursor")
 
     run(go())
+
+
+def test_search_pages_come_from_the_search_hits_alone(indexed: MemoryCoreConfig, monkeypatch: Any) -> None:
+    """No second chunk read and no score parts: each hit carries its hash and recall metadata, and
+    cursor pages render the pinned hits."""
+    runtime = MemoryCoreProviderRuntime(indexed)
+
+    def no_reread(conn: Any, ids: list[str]) -> dict:
+        raise AssertionError(f"search re-read chunk rows {ids}")
+
+    monkeypatch.setattr(rt, "read_chunk_rows", no_reread)
+    engine = runtime.engine("main")
+    real, asked = engine.search_with_details, []
+    engine.search_with_details = lambda *a, **k: asked.append(k["details"]) or real(*a, **k)  # type: ignore
+
+    async def go() -> tuple[list[dict], list[dict]]:
+        lease = await open_lease(runtime)
+        q = {"query": "tomatoes", "minScore": 0}
+        everything = [h.to_json() for h in (await lease.search({**q, "maxResults": 50})).hits]
+        first = await lease.search({**q, "maxResults": 3})
+        second = await lease.search({**q, "maxResults": 3, "cursor": first.next_cursor})
+        return everything, [h.to_json() for h in first.hits + second.hits]
+
+    everything, paged = run(go())
+
+    def unscored(hits: list[dict]) -> list[dict]:  # transcript scores decay with the clock between searches
+        return [{k: v for k, v in h.items() if k != "score"} for h in hits]
+
+    assert unscored(paged) == unscored(everything) and asked == [False, False]  # the cursor page searches nothing
+    assert [h["citations"][0]["label"] for h in everything] == [
+        "MEMORY.md#L7-L8", "memory/notes.md#L1-L4", f"sessions/{OLDER_ID}.jsonl#L1", f"sessions/{ANCHOR_ID}.jsonl#L1"]
+    assert [h["automaticRecall"]["eligible"] for h in everything] == [True, True, False, False]
+    hashes = dict(runtime.reader("main").run(lambda c: c.execute("SELECT id, hash FROM memory_index_chunks").fetchall()))
+    assert [h["reference"]["revision"] for h in everything] == [hashes[h["reference"]["id"]] for h in everything]
 
 
 def test_checklist_12_project_filter(indexed: MemoryCoreConfig) -> None:

@@ -51,29 +51,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def format_hits(hits: list[Any], query: str = "", *, texts: dict[str, str] | None = None,
-                color: bool = False) -> str:
-    """Upstream's human output: ``<score> <citation>``, the lines around the match (from the chunk's
-    full text in ``texts`` when there, else the snippet; see ``snippets.render_snippet``), a blank line."""
-    from memory_core.search.snippets import render_snippet
-
-    if not hits:
-        return "No matches.\n"
-    out = []
-    for h in hits:
-        out.append(f"{h.score:.3f} {escape_control(h.citation)}")
-        parts = []
-        if h.vector_score is not None:
-            parts.append(f"vector {h.vector_score:.3f}")
-        if h.text_score is not None:
-            parts.append(f"text {h.text_score:.3f}")
-        if parts:
-            out[-1] += f"  ({', '.join(parts)})"
-        text = (texts or {}).get(h.id) or h.snippet
-        for line in render_snippet(text, query, color=color):
-            out.append(f"    {line}")
-        out.append("")
-    return "\n".join(out) + "\n"
 
 
 # each hit's score, stage by stage: keyword order (BM25 rank, boosted score, the fused text half),
@@ -124,6 +101,7 @@ def _format_explain(data: dict[str, Any]) -> str:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     from memory_core.cli.common import print_json
+    from memory_core.search.render import wire
 
     query = args.query_opt if args.query_opt is not None else args.query
     if query is None or not query.strip():
@@ -148,7 +126,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         stale = getattr(core, "last_staleness", None)
         if args.json:
             out: dict[str, Any] = {"agentId": core.agent_id, "provider": core.config.provider,
-                                   "results": [h.to_dict() for h in hits]}
+                                   "results": [wire(h) for h in hits]}
             if stale:
                 out.update({k: v for k, v in stale.items() if k in ("stale", "warning", "action")})
             print_json(out)
@@ -163,10 +141,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _render_hits(core: Any, hits: list[Any], query: str) -> str:
+    from memory_core.search.render import cli_text
     from memory_core.search.snippets import chunk_texts, use_color
 
     texts = chunk_texts(core.config.db_path(), [h.id for h in hits]) if hits else {}
-    return format_hits(hits, query, texts=texts, color=use_color())
+    return cli_text(hits, query, texts=texts, color=use_color())
 
 
 def _hits_from(core: Any, data: dict[str, Any]) -> list[Any]:

@@ -38,6 +38,7 @@ from memory_core.provider.types import (
     OperatorAuthority,
     to_json,
 )
+from memory_core.search.render import v1_result, v1_result_of_legacy
 from memory_core.validation import QueryBudget
 
 if TYPE_CHECKING:
@@ -56,14 +57,6 @@ def error_message(exc: BaseException) -> str:
     if isinstance(exc, MemoryCoreError):
         return exc.message or type(exc).__name__
     return str(exc) or type(exc).__name__
-
-
-def v1_result(hit: Any) -> dict[str, Any]:
-    """One hit in the 2026.9.6 ``MemorySearchResult`` form (no internal id, mtime or citation)."""
-    data = hit.to_dict() if hasattr(hit, "to_dict") else dict(hit)
-    for key in ("id", "sourceMtime", "citation"):
-        data.pop(key, None)
-    return data
 
 
 # --------------------------------------------------------------------------- the service
@@ -261,7 +254,8 @@ class MemoryMethods:
         mode = custom.get("searchMode") or (
             "fts-only" if provider == "none" or vector.get("enabled") is False else "hybrid")
         return {"agentId": agent_id, "provider": provider, "searchMode": mode,
-                "results": [v1_result(legacy_result(h).model_dump(by_alias=True, exclude_none=True)) for h in raw]}
+                "results": [v1_result_of_legacy(legacy_result(h).model_dump(by_alias=True, exclude_none=True))
+                            for h in raw]}
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
         """``handleMemoryProviderRequest``: v2 search, get and status through the provider runtime."""
@@ -298,7 +292,8 @@ class MemoryMethods:
                 assert_current=scope.assert_current,
                 signal=scope.signal,
             )
-            await asyncio.to_thread(self.service.preopen, agent_id)
+            if self.service.runtime.opened_core(agent_id) is None:  # opening may index: off the event loop
+                await asyncio.to_thread(self.service.preopen, agent_id)
             acquired = await self.service.host.open(
                 MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose, cfg=self.service.config)
             )

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from host_facades.ranking import citation_for, project_keys_of
 from memory_core.errors import ProviderContractError
 from memory_core.host.awaiting import resolve
 from memory_core.provider.types import (
@@ -44,6 +45,7 @@ from memory_core.provider.types import (
     MemorySearchRequest,
     SessionAuthority,
 )
+from memory_core.search.render import strip_memory_annotation_carriers
 
 LEGACY_NO_CURSORS = "legacy memory search does not support cursors"
 MANAGER_NO_SEARCH = "memory runtime manager must implement search"
@@ -51,16 +53,6 @@ MANAGER_NO_READ_FILE = "memory runtime manager must implement readFile"
 
 LEGACY_CAPABILITIES = MemoryProviderCapabilities(
     sources=("memory", "sessions"), pagination=False, candidates=(), project_filter=True)
-
-_CARRIER = re.compile(r"^[ \t]*<!--\s*(?:importance|trigger|triggers|project)\s*:.*?-->[ \t]*$",
-                      re.IGNORECASE | re.MULTILINE)
-
-
-def strip_memory_annotation_carriers(text: str) -> str:
-    """Remove single-line ``<!-- importance|trigger|project: ... -->`` carriers; trim trailing spaces."""
-    stripped = _CARRIER.sub("", text)
-    return "\n".join(line.rstrip() for line in stripped.split("\n"))
-
 
 class LegacyModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
@@ -74,7 +66,8 @@ class MemoryProvenance(LegacyModel):
 
 
 class MemorySearchResult(LegacyModel):
-    """The legacy file-shaped hit (§3.2), also the v1 ``results[]`` entry."""
+    """The legacy file-shaped hit (§3.2), as a legacy manager returns it; memory-core's own hits take
+    this shape from ``search.render.legacy_result`` and, without ``citation``, are the v1 ``results[]``."""
 
     path: str
     start_line: int
@@ -106,9 +99,7 @@ def convert_legacy_hit(provider_id: str, hit: MemorySearchResult) -> MemorySearc
     """§3.4 hit conversion: path reference with an ``L<start>-L<end>`` fragment, one citation."""
     reference = MemoryReference(provider_id=provider_id, id=hit.path,
                                 fragment=f"L{hit.start_line}-L{hit.end_line}")
-    project_keys = None
-    if hit.project_key is not None:
-        project_keys = [k.strip() for k in hit.project_key.split(";") if k.strip()]
+    project_keys = project_keys_of(hit.project_key)
     triggers = hit.triggers
     if isinstance(triggers, list):
         triggers = "; ".join(triggers)
@@ -119,7 +110,8 @@ def convert_legacy_hit(provider_id: str, hit: MemorySearchResult) -> MemorySearc
         excerpt=strip_memory_annotation_carriers(hit.snippet),
         score=hit.score,
         source=hit.source,
-        citations=[MemoryCitation(label=hit.citation or f"{hit.path}#L{hit.start_line}-L{hit.end_line}",
+        citations=[MemoryCitation(label=hit.citation or citation_for(hit.path, hit.start_line, hit.end_line,
+                                                                     always_range=True),
                                   reference=reference, start_line=hit.start_line, end_line=hit.end_line)],
         automatic_recall=AutomaticRecall(eligible=eligible, project_keys=project_keys, triggers=triggers,
                                          importance=hit.importance),

@@ -18,14 +18,7 @@ from typing import Any
 
 from memory_core.errors import MemoryCoreError
 from memory_core.provider.runtime import MemoryCoreProviderRuntime
-
-
-def legacy_hit(hit: Any) -> dict[str, Any]:
-    """A search hit as a legacy ``MemorySearchResult`` dict (no internal chunk id or mtime)."""
-    data = hit.to_dict() if hasattr(hit, "to_dict") else dict(hit)
-    for key in ("id", "sourceMtime"):
-        data.pop(key, None)
-    return data
+from memory_core.search.render import legacy_result
 
 
 def legacy_status(st: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +52,7 @@ class MemoryCoreManager:
         kwargs = {k: opts[k] for k in ("max_results", "min_score", "sources", "lexical_only", "active_project_keys")
                   if opts.get(k) is not None}
         hits = await asyncio.to_thread(self._core.search, query, **kwargs)
-        return [legacy_hit(h) for h in hits]
+        return [legacy_result(h) for h in hits]
 
     async def read_file(self, *, rel_path: str, from_: int | None = None, lines: int | None = None) -> dict[str, Any]:
         try:

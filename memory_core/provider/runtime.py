@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from host_facades.ranking import citation_for, project_keys_of
 from memory_core.errors import (
     Aborted,
     AuthorityNotCurrent,
@@ -46,7 +47,6 @@ from memory_core.errors import (
 from memory_core.host.awaiting import race_with_signal
 from memory_core.provider.lifecycle import RELOADING, ReloadFence
 from memory_core.provider.types import (
-    AutomaticRecall,
     ConversationRecallContext,
     MemoryCallerContext,
     MemoryCandidateRequest,
@@ -59,13 +59,14 @@ from memory_core.provider.types import (
     MemoryProviderOpenParams,
     MemoryProviderOpenResult,
     MemoryReference,
-    MemorySearchHit,
     MemorySearchPage,
     MemorySearchRequest,
     OperatorAuthority,
     OwnerPrivateAudience,
     SessionAuthority,
 )
+from memory_core.search.render import provider_hit
+from memory_core.search.types import SearchHit
 from memory_core.store.reader import CachedReader
 from memory_core.validation import MAX_SAFE_INTEGER, check_query
 
@@ -82,7 +83,6 @@ RESULT_WINDOW = 200          # at most this many hits are ranked once per search
 WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
 DEFAULT_CANDIDATES = 48
 MAX_CANDIDATES = 200
-INVALID_PROJECT_KEY = "!invalid-project-annotation"
 _CHUNK_ID = re.compile(r"^[0-9a-f]{64}$")
 _ACTIVE_MEMORY_CHILD = re.compile(r"^(?P<anchor>.+):active-memory:[0-9a-f]{12}$")
 
@@ -172,51 +172,14 @@ def resolve_read_grant(authority: Any, agent_id: str) -> ReadGrant:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def split_project_keys(project_key: str | None) -> list[str] | None:
-    if project_key is None:
-        return None
-    return [k.strip() for k in project_key.split(";") if k.strip()]
-
-
-def normalize_triggers(raw: Any) -> str | None:
-    """Stored triggers are JSON array text; consumers get one string."""
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            return raw.strip() or None
-        raw = parsed
-    if isinstance(raw, list):
-        items = [str(t).strip() for t in raw if str(t).strip()]
-        return "; ".join(items) or None
-    return str(raw).strip() or None
-
-
-def automatic_recall_for(source: str, provenance: dict[str, Any] | None, project_key: str | None,
-                         triggers: Any, importance: Any) -> AutomaticRecall:
-    """Eligible only for owner/agent memory entries whose project annotation (if any) is usable."""
-    keys = split_project_keys(project_key)
-    origin = (provenance or {}).get("origin_class") or (provenance or {}).get("originClass")
-    eligible = (source == "memory" and origin in ("owner", "agent") and keys != []
-                and INVALID_PROJECT_KEY not in (keys or []))
-    return AutomaticRecall(eligible=eligible, project_keys=keys or None, triggers=normalize_triggers(triggers),
-                           importance=importance if isinstance(importance, int | float) else None)
-
-
 def project_admits(project_key: str | None, active: list[str] | None) -> bool:
     """``activeProjectKeys`` filter: global entries pass; keyed entries need all keys active."""
     if not active:
         return True
-    keys = split_project_keys(project_key)
+    keys = project_keys_of(project_key)
     if keys is None:
         return True
     return bool(keys) and all(k in active for k in keys)
-
-
-def citation_label(path: str, start: int, end: int) -> str:
-    return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
 
 
 def slice_lines(text: str, from_: int | None, lines: int | None) -> dict[str, Any]:
@@ -486,16 +449,6 @@ class MemoryCoreProvider:
                 sorted(req.active_project_keys or []), self._grant.fingerprint]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
-    def _to_hit(self, row: dict[str, Any], score: float | None, excerpt: str, provenance: Any) -> MemorySearchHit:
-        ref = MemoryReference(provider_id=PROVIDER_ID, id=row["id"], revision=row["hash"])
-        return MemorySearchHit(
-            reference=ref, excerpt=excerpt, score=score, source=row["source"],
-            citations=[MemoryCitation(label=citation_label(row["path"], row["start_line"], row["end_line"]),
-                                      reference=ref, start_line=row["start_line"], end_line=row["end_line"])],
-            automatic_recall=automatic_recall_for(row["source"], provenance, row["project_key"], row["triggers"],
-                                                  row["importance"]),
-        )
-
     async def search(self, request: MemorySearchRequest | dict[str, Any]) -> MemorySearchPage:
         req = request if isinstance(request, MemorySearchRequest) else MemorySearchRequest.model_validate(request)
         grant = self._grant
@@ -530,35 +483,31 @@ class MemoryCoreProvider:
         query_vector = await self._embed(query) if not req.lexical_only else None
         core = self._runtime.core(self.agent_id)
         lexical_only = bool(req.lexical_only) or query_vector is None
-        window = min(RESULT_WINDOW, max(max_results * WINDOW_PAGES, 24))
+        window = result_window(max_results)
         # the owner's search: its freshness check (an answer that may miss changes says so), its
         # engine and its pool, as for v1, MCP and the CLI
+        # details=False: the hits and their revision only, no retriever candidates or score parts
         details, stale = await self._io(core.search_with_details, query, max_results=window, min_score=min_score,
                                         sources=sources, lexical_only=lexical_only,
                                         active_project_keys=req.active_project_keys or None,
-                                        query_vector=query_vector)
+                                        query_vector=query_vector, details=False)
         if stale and stale.get("warning"):
             notes.append(f"memory-core: {stale['warning']}")
         raw = details.hits
-        rows = await self._read(read_chunk_rows, [h.id for h in raw]) if raw else {}
-        hits = []
-        for h in raw:
-            row = rows.get(h.id)
-            if row is None or not grant.admits(h.source, h.path):
-                continue  # vanished since retrieval, or not admitted for this caller
-            if not project_admits(h.project_key, req.active_project_keys):
-                continue
-            hits.append(self._to_hit(row, h.score, h.snippet, h.provenance))
+        # each hit carries its chunk's hash and recall metadata, read in the search's own snapshot;
+        # the admitted window is pinned as SearchHits and rendered a page at a time
+        active = req.active_project_keys
+        hits = [h for h in raw if grant.admits(h.source, h.path) and project_admits(h.project_key, active)]
         coverage = "partial" if len(raw) >= window else "complete"
         warning = " ".join(notes) or None
-        page, rest = hits[:max_results], hits[max_results:]
         next_cursor = None
-        if rest:
+        if len(hits) > max_results:
             db_id = _db_identity(self._db_path)
             revision = int(details.revision or 0)
             token = self._runtime.pins.pin(db_id, revision, {"hits": hits, "coverage": coverage, "warning": warning})
             next_cursor = self._runtime.codec.encode(token, max_results, search_hash, revision)
-        return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=coverage, warning=warning)
+        return MemorySearchPage(hits=[provider_hit(h, PROVIDER_ID) for h in hits[:max_results]],
+                                next_cursor=next_cursor, coverage=coverage, warning=warning)
 
     def _next_page(self, cursor: str, search_hash: str, max_results: int) -> MemorySearchPage:
         token, offset, cursor_hash, cursor_revision = self._runtime.codec.decode(cursor)
@@ -570,7 +519,7 @@ class MemoryCoreProvider:
             raise CursorExpired("memory-core: the cursor's index generation is no longer pinned; "
                                 "run the search again without a cursor")
         hits = state["hits"]
-        page = hits[offset:offset + max_results]
+        page = [provider_hit(h, PROVIDER_ID) for h in hits[offset:offset + max_results]]
         nxt = offset + max_results
         next_cursor = self._runtime.codec.encode(token, nxt, search_hash, revision) if nxt < len(hits) else None
         return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=state["coverage"],
@@ -622,7 +571,7 @@ class MemoryCoreProvider:
             raise Forbidden("memory-core: memory access denied: this caller may not read that record")
         out = slice_lines(row["text"], req.from_, req.lines)
         reference = MemoryReference(provider_id=PROVIDER_ID, id=row["id"], revision=row["hash"])
-        citation = MemoryCitation(label=citation_label(row["path"], row["start_line"], row["end_line"]),
+        citation = MemoryCitation(label=citation_for(row["path"], row["start_line"], row["end_line"]),
                                   reference=reference, start_line=row["start_line"], end_line=row["end_line"])
         return MemoryGetOk(reference=reference, citations=[citation], **out)
 
@@ -686,7 +635,7 @@ class MemoryCoreProvider:
         for row in rows:
             if not project_admits(row["project_key"], req.active_project_keys):
                 continue
-            hit = self._to_hit(row, None, row["text"], {"origin_class": row["origin_class"]})
+            hit = provider_hit(_candidate_hit(row), PROVIDER_ID, scored=False)
             if hit.automatic_recall is None or not hit.automatic_recall.eligible:
                 continue
             if req.kind == "project" and not hit.automatic_recall.project_keys:
@@ -704,6 +653,19 @@ class MemoryCoreProvider:
     async def close(self) -> None:
         """Release this lease only; engines and the store are shared with other callers."""
         self._closed = True
+
+
+def _candidate_hit(row: dict[str, Any]) -> SearchHit:
+    """A candidates row as the one hit type (it has no score: the provider hit carries none)."""
+    return SearchHit(id=row["id"], path=row["path"], start_line=row["start_line"], end_line=row["end_line"],
+                     score=0.0, snippet=row["text"], source=row["source"], importance=row["importance"],
+                     triggers=row["triggers"], project_key=row["project_key"],
+                     provenance={"origin_class": row["origin_class"]}, hash=row["hash"])
+
+
+def result_window(max_results: int) -> int:
+    """How many hits a search of ``max_results`` per page ranks (and pins for its cursor pages)."""
+    return min(RESULT_WINDOW, max(max_results * WINDOW_PAGES, 24))
 
 
 def _note_applies(note: str, requested: list[str]) -> bool:

@@ -337,12 +337,14 @@ class SearchEngine:
         lexical_only: bool = False,
         active_project_keys: Sequence[str] | None = None,
         query_vector: Sequence[float] | None = None,
+        details: bool = True,
     ) -> SearchDetails:
-        """Hits plus the retriever candidates and score parts (``explain``)."""
+        """Hits plus the retriever candidates and score parts (``explain``); with ``details=False``
+        only the hits, the mode and the revision they were read at."""
         with index_errors(self.db_path):
             return self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector, details=True,
+                active_project_keys=active_project_keys, query_vector=query_vector, details=details,
             )
 
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,

@@ -9,6 +9,7 @@ from typing import Any
 # the internal Candidate and citation_for live with the pure ranking code (host_facades.ranking) so workers
 # can rank; re-exported here
 from host_facades.ranking import Candidate, citation_for  # noqa: F401
+from memory_core.search.render import wire
 
 
 @dataclass(frozen=True)
@@ -33,25 +34,12 @@ class SearchHit:
     hash: str | None = None   # the chunk's content hash: the provider reference's revision (not on the v1 wire)
 
     def to_dict(self) -> dict[str, Any]:
-        """camelCase wire form (upstream ``MemorySearchResult``), None fields omitted."""
-        out: dict[str, Any] = {}
-        for name in _WIRE_FIELDS:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if name == "provenance":  # a fresh dict: the caller may mutate the wire form
-                value = {_PROVENANCE_KEYS.get(k, k): v for k, v in value.items()}
-            out[_WIRE_NAMES.get(name, name)] = value
-        return out
+        """camelCase wire form (upstream ``MemorySearchResult``), None fields omitted (``render.wire``)."""
+        return wire(self)
 
 
-# shallow field access: dataclasses.asdict deep-copies every value and cost ~0.2 ms a hit
+# the field names in order: the keys hit_from_row sets
 _FIELD_NAMES = tuple(f.name for f in fields(SearchHit))
-_WIRE_FIELDS = tuple(name for name in _FIELD_NAMES if name != "hash")
-_WIRE_NAMES = {"start_line": "startLine", "end_line": "endLine", "vector_score": "vectorScore",
-               "text_score": "textScore", "project_key": "projectKey", "source_mtime": "sourceMtime"}
-_PROVENANCE_KEYS = {"origin_class": "originClass", "session_kind": "sessionKind", "observed_at": "observedAt",
-                    "supersedes_key": "supersedesKey"}
 
 
 def hit_from_row(row: Sequence[Any]) -> SearchHit:

@@ -1,0 +1,161 @@
+"""How one :class:`~memory_core.search.types.SearchHit` looks on every surface.
+
+- :func:`wire`: the camelCase wire form (``SearchHit.to_dict``, ``search --json``, ``--explain``);
+- :func:`legacy_result`: the legacy ``MemorySearchResult`` (a legacy manager's hit);
+- :func:`v1_result`: gateway v1 ``results[]`` (the legacy shape without its citation);
+- :func:`mcp_result`: the MCP ``memory_search`` tool's result entry;
+- :func:`provider_hit`: gateway v2 / the provider contract's ``MemorySearchHit``;
+- :func:`cli_text`: ``memory-core search``'s human output.
+
+Pure: no I/O. A hit is taken by its attributes (this module sits below ``search.types`` so that
+``SearchHit.to_dict`` can call it). Citations come from ``host_facades.ranking.citation_for`` and
+project keys from ``host_facades.ranking.project_keys_of``, the one formatter and splitter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from host_facades.ranking import citation_for, project_keys_of
+from memory_core.output import escape_control
+from memory_core.provider.types import AutomaticRecall, MemoryCitation, MemoryReference, MemorySearchHit
+from memory_core.search.snippets import render_snippet
+
+INVALID_PROJECT_KEY = "!invalid-project-annotation"
+
+# SearchHit attribute -> wire key, in SearchHit field order (``hash`` is not on the v1 wire)
+_WIRE = (("id", "id"), ("path", "path"), ("start_line", "startLine"), ("end_line", "endLine"), ("score", "score"),
+         ("snippet", "snippet"), ("source", "source"), ("vector_score", "vectorScore"),
+         ("text_score", "textScore"), ("citation", "citation"), ("importance", "importance"),
+         ("triggers", "triggers"), ("project_key", "projectKey"), ("provenance", "provenance"),
+         ("source_mtime", "sourceMtime"))
+_LEGACY = tuple(pair for pair in _WIRE if pair[1] not in ("id", "sourceMtime"))
+_V1 = tuple(pair for pair in _LEGACY if pair[1] != "citation")
+_V1_DROPPED = ("id", "sourceMtime", "citation")
+_PROVENANCE_KEYS = {"origin_class": "originClass", "session_kind": "sessionKind", "observed_at": "observedAt",
+                    "supersedes_key": "supersedesKey"}
+
+
+def _fields(hit: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, key in pairs:
+        value = getattr(hit, name)
+        if value is None:
+            continue
+        if name == "provenance":  # a fresh dict: the caller may mutate the wire form
+            value = {_PROVENANCE_KEYS.get(k, k): v for k, v in value.items()}
+        out[key] = value
+    return out
+
+
+def wire(hit: Any) -> dict[str, Any]:
+    """camelCase wire form of a hit (upstream ``MemorySearchResult`` plus ``id`` and ``sourceMtime``),
+    None fields omitted."""
+    return _fields(hit, _WIRE)
+
+
+def legacy_result(hit: Any) -> dict[str, Any]:
+    """The legacy ``MemorySearchResult`` dict (provider-runtime.md §3.2): no internal id or mtime."""
+    return _fields(hit, _LEGACY)
+
+
+def v1_result(hit: Any) -> dict[str, Any]:
+    """One gateway v1 ``results[]`` entry (the 2026.9.6 shape): the legacy result without ``citation``."""
+    return _fields(hit, _V1)
+
+
+def v1_result_of_legacy(result: dict[str, Any]) -> dict[str, Any]:
+    """A legacy manager's ``MemorySearchResult`` dict in the v1 ``results[]`` form (its key order kept)."""
+    return {k: v for k, v in result.items() if k not in _V1_DROPPED}
+
+
+_CARRIER = re.compile(r"^[ \t]*<!--\s*(?:importance|trigger|triggers|project)\s*:.*?-->[ \t]*$",
+                      re.IGNORECASE | re.MULTILINE)
+
+
+def strip_memory_annotation_carriers(text: str) -> str:
+    """Remove single-line ``<!-- importance|trigger|project: ... -->`` carriers; trim trailing spaces."""
+    stripped = _CARRIER.sub("", text)
+    return "\n".join(line.rstrip() for line in stripped.split("\n"))
+
+
+def mcp_result(hit: Any, *, cite: bool) -> dict[str, Any]:
+    """The MCP ``memory_search`` entry: the legacy result with annotation carriers stripped from the
+    snippet and a ``corpus``; with ``cite``, the citation last and a ``Source:`` line in the snippet."""
+    data = _fields(hit, _V1)
+    data["corpus"] = data.get("source", "memory")
+    snippet = strip_memory_annotation_carriers(data["snippet"])
+    if cite:
+        citation = citation_for(hit.path, hit.start_line, hit.end_line)
+        snippet = f"{snippet.rstrip()}\n\nSource: {citation}"
+        data["snippet"] = snippet
+        data["citation"] = citation
+    else:
+        data["snippet"] = snippet
+    return data
+
+
+def normalize_triggers(raw: Any) -> str | None:
+    """Stored triggers are JSON array text; consumers get one string."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw.strip() or None
+        raw = parsed
+    if isinstance(raw, list):
+        items = [str(t).strip() for t in raw if str(t).strip()]
+        return "; ".join(items) or None
+    return str(raw).strip() or None
+
+
+def automatic_recall(source: str, provenance: dict[str, Any] | None, project_key: str | None,
+                     triggers: Any, importance: Any) -> AutomaticRecall:
+    """Eligible only for owner/agent memory entries whose project annotation (if any) is usable."""
+    keys = project_keys_of(project_key)
+    origin = (provenance or {}).get("origin_class") or (provenance or {}).get("originClass")
+    eligible = (source == "memory" and origin in ("owner", "agent") and keys != []
+                and INVALID_PROJECT_KEY not in (keys or []))
+    return AutomaticRecall(eligible=eligible, project_keys=keys or None, triggers=normalize_triggers(triggers),
+                           importance=importance if isinstance(importance, int | float) else None)
+
+
+def provider_hit(hit: Any, provider_id: str, *, scored: bool = True) -> MemorySearchHit:
+    """The contract's ``MemorySearchHit``: a reference to the chunk at its content hash, the snippet as
+    the excerpt, one line-range citation, the automatic-recall facts (no score unless ``scored``)."""
+    ref = MemoryReference(provider_id=provider_id, id=hit.id, revision=hit.hash)
+    start, end = hit.start_line, hit.end_line
+    return MemorySearchHit(
+        reference=ref, excerpt=hit.snippet, score=hit.score if scored else None, source=hit.source,
+        citations=[MemoryCitation(label=citation_for(hit.path, start, end), reference=ref, start_line=start,
+                                  end_line=end)],
+        automatic_recall=automatic_recall(hit.source, hit.provenance, hit.project_key, hit.triggers, hit.importance),
+    )
+
+
+def cli_text(hits: Sequence[Any], query: str = "", *, texts: dict[str, str] | None = None,
+             color: bool = False) -> str:
+    """Upstream's human output: ``<score> <citation>``, the lines around the match (from the chunk's
+    full text in ``texts`` when there, else the snippet; see ``snippets.render_snippet``), a blank line."""
+    if not hits:
+        return "No matches.\n"
+    out = []
+    for h in hits:
+        out.append(f"{h.score:.3f} {escape_control(h.citation)}")
+        parts = []
+        if h.vector_score is not None:
+            parts.append(f"vector {h.vector_score:.3f}")
+        if h.text_score is not None:
+            parts.append(f"text {h.text_score:.3f}")
+        if parts:
+            out[-1] += f"  ({', '.join(parts)})"
+        text = (texts or {}).get(h.id) or h.snippet
+        for line in render_snippet(text, query, color=color):
+            out.append(f"    {line}")
+        out.append("")
+    return "\n".join(out) + "\n"
