@@ -49,6 +49,7 @@ from memory_core.store.perms import loose_files, tighten
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
 from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+from memory_core.search.types import SearchResults
 from memory_core.session_keys import session_index_path
 from memory_core.validation import check_search
 
@@ -92,7 +93,6 @@ class MemoryCore:
         self.db_path = cfg.db_path(self.agent_id)
         self.repoint = repoint
         self.dirty = False  # set by freshness (watcher / session deltas)
-        self.last_staleness: dict[str, Any] | None = None  # set by before_search (freshness)
         self._provider = embedding_provider
         self._provider_error: MemoryCoreError | None = None
         self._writer: IndexWriter | None = None
@@ -488,15 +488,14 @@ class MemoryCore:
 
     def before_search(self) -> dict[str, Any] | None:
         """Run before every search: notice a file swapped by another process, the bounded reconcile,
-        bootstrap an empty index, background sync when dirty. Returns (and keeps in
-        ``last_staleness``) upstream's ``{stale, warning, action}`` or None.
+        bootstrap an empty index, background sync when dirty. Returns upstream's ``{stale, warning,
+        action}`` or None (each search hands it back with its own result).
 
         An index file that cannot be read raises :class:`IndexCorrupt`/:class:`IndexUnreadable` first;
         with no index yet and a state dir that cannot be written, :class:`StateDirNotWritable`."""
         self.check_readable()
         self.notice_swap()
-        self.last_staleness = self.freshness.before_search()
-        return self.last_staleness
+        return self.freshness.before_search()
 
     @property
     def reader(self) -> Any:
@@ -599,19 +598,39 @@ class MemoryCore:
                 return
         self._readable_ident = ident
 
-    # ------------------------------------------------------------------ search / get (H4, memory_core/search/)
+    # ------------------------------------------------------------------ search / get (memory_core/search/)
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                sources: Sequence[str] | None = None, lexical_only: bool = False,
-               active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> list[Any]:
-        """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the SearchEngine."""
+               active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> SearchResults:
+        """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the
+        SearchEngine. The hits come back as a list that also carries this search's ``staleness``."""
         self._check_open()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
         with index_errors(self.db_path):
+            stale = None
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
-                self.before_search()
-            return self.search_engine.search(
+                stale = self.before_search()
+            hits = self.search_engine.search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector)
+            return SearchResults(hits, stale)
+
+    def explain(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+                sources: Sequence[str] | None = None, lexical_only: bool = False,
+                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> Any:
+        """The explain twin of :meth:`search` (same arguments, same search): its
+        :class:`~memory_core.search.engine.SearchDetails`, with the hits, the FTS plan, the candidates
+        per retriever, each candidate's score parts and the search's ``staleness``; ``.to_dict()`` is
+        what ``memory-core search --explain --json`` prints."""
+        self._check_open()
+        check_search(self.config, query, max_results, min_score)  # before any sync or search work
+        with index_errors(self.db_path):
+            stale = self.before_search() if isinstance(query, str) and query.strip() else None
+            details = self.search_engine.explain(
+                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
+                active_project_keys=active_project_keys, query_vector=query_vector)
+            details.staleness = stale
+            return details
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
             max_chars: int | None = None) -> Any:

@@ -9,14 +9,8 @@ from typing import Any
 import apsw
 
 from memory_core.read_file import ReadResult, read_memory_file
-from memory_core.search.engine import SearchEngine
 from memory_core.search.types import SearchHit
 from memory_core.store.access import index_errors
-
-
-def engine_for(core: Any) -> SearchEngine:
-    """The core's one SearchEngine (owned by the core: :attr:`MemoryCore.search_engine`)."""
-    return core.search_engine
 
 
 def _is_indexed_session(db_path: str, rel_path: str) -> bool:
