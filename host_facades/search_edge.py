@@ -9,8 +9,9 @@ answers it, and the owner turns the reply's hit rows into ``SearchHit`` objects 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from host_facades.ranking import Candidate, RankingOptions, citation_for
 HIT_FIELDS = ("id", "path", "start_line", "end_line", "score", "snippet", "source", "vector_score", "text_score",
               "citation", "importance", "triggers", "project_key", "provenance", "source_mtime", "hash")
 DEFAULT_RANKING = RankingOptions()
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,14 @@ class SearchRequest:
     probe_content: bool = False
     details: bool = False
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # one global and plain values on the pipe: a dataclass's default pickle (class, copyreg
+        # and numpy globals, a state dict per object) cost the owner more than the rest of its work
+        values = list(_request_values(self))
+        values[_QVEC] = None if self.qvec is None else np.ascontiguousarray(self.qvec, dtype="<f4").tobytes()
+        values[_RANKING] = _ranking_values(self.ranking)
+        return _request_from_wire, tuple(values)
+
 
 @dataclass(frozen=True)
 class SearchReply:
@@ -67,6 +77,43 @@ class SearchReply:
     vector: tuple[dict[str, Any], ...] | None = None
     ranked: tuple[dict[str, Any], ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _reply_from_wire, _reply_values(self)
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(SearchRequest))
+_REPLY_FIELDS = tuple(f.name for f in fields(SearchReply))
+_RANKING_FIELDS = tuple(f.name for f in fields(RankingOptions))
+_QVEC, _RANKING = _REQUEST_FIELDS.index("qvec"), _REQUEST_FIELDS.index("ranking")
+_request_values = attrgetter(*_REQUEST_FIELDS)
+_reply_values = attrgetter(*_REPLY_FIELDS)
+_ranking_values = attrgetter(*_RANKING_FIELDS)
+
+
+def _request_from_wire(*values: Any) -> SearchRequest:
+    named = dict(zip(_REQUEST_FIELDS, values))
+    qvec = named["qvec"]
+    named["qvec"] = None if qvec is None else np.frombuffer(qvec, dtype="<f4").astype(np.float32)
+    named["ranking"] = frozen_new(RankingOptions, dict(zip(_RANKING_FIELDS, named["ranking"])))
+    return frozen_new(SearchRequest, named)
+
+
+def _reply_from_wire(*values: Any) -> SearchReply:
+    return frozen_new(SearchReply, dict(zip(_REPLY_FIELDS, values)))
+
+
+def frozen_new(cls: type[T], values: dict[str, Any]) -> T:
+    """``cls(**values)`` for a frozen dataclass without its ``__init__`` (one ``object.__setattr__``
+    per field, the most expensive step of building a request or a hit on the owner): ``values``
+    becomes the instance dict and must name every field, in field order."""
+    obj = _new(cls)
+    _set_attr(obj, "__dict__", values)
+    return obj
+
+
+_new = object.__new__
+_set_attr = object.__setattr__
 
 
 def hit_row(c: Candidate, *, vector_mode: bool) -> tuple[Any, ...]:

@@ -92,7 +92,6 @@ class MemoryCore:
         self.agent_id = cfg.agent_id
         self.db_path = cfg.db_path(self.agent_id)
         self.repoint = repoint
-        self.dirty = False  # set by freshness (watcher / session deltas)
         self._provider = embedding_provider
         self._provider_error: MemoryCoreError | None = None
         self._writer: IndexWriter | None = None
@@ -133,6 +132,12 @@ class MemoryCore:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def dirty(self) -> bool:
+        """Whether freshness knows of changes the index does not hold yet (watcher, session deltas)."""
+        fresh = self._freshness
+        return fresh is not None and fresh.is_dirty()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -300,8 +305,6 @@ class MemoryCore:
             raise
         else:
             fut.set_result(result)
-            if not result.failed and result.scan_ok:
-                self.dirty = False
             return result
         finally:
             with self._lock:
@@ -657,7 +660,7 @@ class MemoryCore:
         fresh = self.freshness
         if os.path.exists(self.db_path) and not fresh.watching():
             fresh.reconcile(sessions_by_delta=False, reason="status", strict=True)
-        return bool(self.dirty) or fresh.is_dirty()
+        return fresh.is_dirty()
 
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets); :class:`IndexCorrupt` when the file

@@ -26,7 +26,7 @@ import apsw
 import numpy as np
 
 from host_facades import fts_query, ranking
-from host_facades.search_edge import SearchReply, SearchRequest, hit_row
+from host_facades.search_edge import SearchReply, SearchRequest, frozen_new, hit_row
 from host_facades.search_run import run_search
 from host_facades.sqlite_read import read_snapshot
 from host_facades.vector_cache import process_state
@@ -247,10 +247,11 @@ class SearchEngine:
         """Search the index; ``[]`` for an empty query (spec §6.1). An index file that is not a
         readable database raises :class:`~memory_core.errors.IndexCorrupt`."""
         with index_errors(self.db_path):
-            return self._search(
+            done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector, details=False,
-            ).hits
+            )
+        return [] if done is None else hits_from_reply(done[1])
 
     def explain(self, query: str, **kwargs: Any) -> SearchDetails:
         """The explain twin of :meth:`search` (same arguments): the search's :class:`SearchDetails`
@@ -295,29 +296,28 @@ class SearchEngine:
     ) -> SearchDetails:
         """Hits plus the retriever candidates and score parts (``explain``)."""
         with index_errors(self.db_path):
-            return self._search(
+            done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector, details=True,
             )
+        return SearchDetails(hits=[], mode="empty") if done is None else self._details(*done)
 
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
                  probe_content: bool) -> SearchRequest:
         """The :class:`~host_facades.search_edge.SearchRequest` of one search."""
         st = self._settings()
-        return SearchRequest(
-            query=q, candidates=candidate_count(mr, st.candidate_multiplier), max_results=mr, min_score=ms,
-            sources=srcs, model=getattr(self.provider, "model", None), backend=st.backend,
-            or_fallback=self.or_fallback, want_keyword=st.hybrid_enabled or not want_vector, qvec=qvec,
-            ranking=st.ranking, now_ms=float(self._now_ms()),
-            active_project_keys=tuple(active_project_keys) if active_project_keys is not None else None,
-            probe_content=probe_content, details=details)
+        return frozen_new(SearchRequest, {
+            "query": q, "candidates": candidate_count(mr, st.candidate_multiplier), "max_results": mr,
+            "min_score": ms, "sources": srcs, "model": getattr(self.provider, "model", None), "backend": st.backend,
+            "or_fallback": self.or_fallback, "want_keyword": st.hybrid_enabled or not want_vector, "qvec": qvec,
+            "ranking": st.ranking, "now_ms": float(self._now_ms()),
+            "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
+            "probe_content": probe_content, "details": details})
 
     def _details(self, req: SearchRequest, reply: SearchReply, t0: float) -> SearchDetails:
-        """:class:`SearchDetails` from the search's reply."""
+        """:class:`SearchDetails` from the reply of a search with ``details``."""
         hits = hits_from_reply(reply)
-        if not req.details:
-            return SearchDetails(hits=hits, mode=reply.mode, revision=reply.revision)
         params: dict[str, Any] = {"query": req.query, "candidates": req.candidates, "sources": req.sources,
                                   "tokenizer": reply.tokenizer, "model": req.model, "backend": req.backend,
                                   "or_fallback": req.or_fallback}
@@ -340,7 +340,9 @@ class SearchEngine:
         active_project_keys: Sequence[str] | None,
         query_vector: Sequence[float] | None,
         details: bool,
-    ) -> SearchDetails:
+    ) -> tuple[SearchRequest, SearchReply, float] | None:
+        """``(request, reply, start time)`` of one search; None when it has nothing to search
+        (a blank query, an empty index)."""
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
         q = query.strip()
@@ -351,7 +353,7 @@ class SearchEngine:
         mr, ms = self._validate_numbers(max_results, min_score)
         srcs = self._sources(sources)
         if not q:
-            return SearchDetails(hits=[], mode="empty")
+            return None
         provider_name = self._settings().provider
         if self.provider is None and provider_name != "none" and query_vector is None and not lexical_only:
             raise ProviderUnavailable(
@@ -368,7 +370,7 @@ class SearchEngine:
                 self.on_empty_index()
                 has_content = self._has_content()
             if not has_content:
-                return SearchDetails(hits=[], mode="empty")
+                return None
             self._check_identity()
             t0 = time.perf_counter()
             conn = self._reader()
@@ -381,7 +383,7 @@ class SearchEngine:
             with read_snapshot(conn) as revision:
                 reply = run_search(conn, req, revision=revision,
                                    vector_state=lambda c, model: process_state(c, model, db_id), db_id=db_id)
-            return self._details(req, reply, t0)
+            return req, reply, t0
 
     def _identity_or_empty(self) -> bool:
         """Pooled searches: the identity check, but (as in-process) an empty index is not paused:
@@ -403,11 +405,11 @@ class SearchEngine:
 
     def _search_pooled(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
-                       details: bool) -> SearchDetails:
+                       details: bool) -> tuple[SearchRequest, SearchReply, float] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
         if not self._identity_or_empty():
-            return SearchDetails(hits=[], mode="empty")
+            return None
         t0 = time.perf_counter()
         qvec = self._query_vector(q, query_vector) if want_vector else None
         req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
@@ -415,13 +417,13 @@ class SearchEngine:
         reply = self.retriever.run_search(req)
         if reply.empty_index:
             if self.on_empty_index is None:
-                return SearchDetails(hits=[], mode="empty")
+                return None
             with self._lock:
                 self.on_empty_index()
             reply = self.retriever.run_search(req)
             if reply.empty_index:
-                return SearchDetails(hits=[], mode="empty")
-        return self._details(req, reply, t0)
+                return None
+        return req, reply, t0
 
     def _query_vector(self, q: str, query_vector: Sequence[float] | None) -> np.ndarray:
         return np.asarray(query_vector if query_vector is not None else self._embed_query(q), dtype=np.float32)

@@ -10,7 +10,7 @@ from typing import Any
 # the internal Candidate and citation_for live with the pure ranking code (host_facades.ranking) so workers
 # can rank; re-exported here
 from host_facades.ranking import Candidate, citation_for  # noqa: F401
-from host_facades.search_edge import SearchReply
+from host_facades.search_edge import HIT_FIELDS, SearchReply, frozen_new
 
 
 @dataclass(frozen=True)
@@ -57,17 +57,10 @@ _PROVENANCE_KEYS = {"origin_class": "originClass", "session_kind": "sessionKind"
 
 
 def hits_from_reply(reply: SearchReply) -> list[SearchHit]:
-    """The :class:`SearchHit` objects of a search's reply: the one place hits are built.
-
-    A reply row holds the fields in :data:`host_facades.search_edge.HIT_FIELDS` order, which is
-    :data:`_FIELD_NAMES` (a test compares both), so each hit's instance dict is set in one step
-    instead of 16 frozen ``object.__setattr__`` calls in the dataclass ``__init__``."""
-    hits = []
-    for row in reply.hits:
-        hit = _new_hit(SearchHit)
-        _set_attr(hit, "__dict__", dict(zip(_FIELD_NAMES, row)))
-        hits.append(hit)
-    return hits
+    """The :class:`SearchHit` objects of a search's reply: the one place hits are built. A reply
+    row holds the fields in :data:`host_facades.search_edge.HIT_FIELDS` order, which is the
+    dataclass's (a test compares both)."""
+    return [frozen_new(SearchHit, dict(zip(HIT_FIELDS, row))) for row in reply.hits]
 
 
 class SearchResults(list):  # type: ignore[type-arg]
@@ -79,6 +72,3 @@ class SearchResults(list):  # type: ignore[type-arg]
         super().__init__(hits)
         self.staleness = staleness
 
-
-_new_hit = object.__new__
-_set_attr = object.__setattr__
