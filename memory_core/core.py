@@ -104,6 +104,7 @@ class MemoryCore:
         self._fallback_engine: Any = None
         self._retriever: Any = _UNSET
         self._cursor_pins: Any = None
+        self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
         from memory_core.store.reader import CachedReader
 
         self._meta_reader = CachedReader(self.db_path, load_vec=False)  # identity reads, never the writer's
@@ -227,18 +228,26 @@ class MemoryCore:
         except FileNotFoundError:
             return None
 
-    def _read_meta(self) -> dict | None:
-        meta = _loads(self.read_meta_value(schema.META_KEY))
-        return meta if isinstance(meta, dict) else None
-
     def identity_state(self) -> dict[str, Any]:
         """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta."""
         with index_errors(self.db_path):
-            meta = self._read_meta()
-        if meta is None:
+            raw = self.read_meta_value(schema.META_KEY)
+        # every search asks (freshness and the engine): the comparison is kept while the stored meta,
+        # the config and the provider (and its dims, which some learn late) are the same
+        provider = self._provider
+        key = (raw, getattr(provider, "dims", None))
+        memo = self._identity_memo
+        if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
+            state, diff = memo[3]
+            return {"state": state, "mismatch": list(diff)}
+        meta = _loads(raw)
+        if not isinstance(meta, dict):
             return {"state": "empty", "mismatch": []}
         diff = identity_mismatch(meta, self.expected_identity())
-        return {"state": "mismatch" if diff else "ok", "mismatch": diff}
+        state = "mismatch" if diff else "ok"
+        if self._provider is provider:  # expected_identity may have created the provider just now
+            self._identity_memo = (key, self.config, provider, (state, tuple(diff)))
+        return {"state": state, "mismatch": diff}
 
     def check_identity(self) -> dict[str, Any]:
         """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
