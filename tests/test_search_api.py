@@ -342,3 +342,17 @@ def test_odd_queries_get_typed_answers_and_a_closed_core_refuses(ws, state_home)
     for call in (lambda: core.search("Falcon"), lambda: core.get("MEMORY.md"), core.status, core.index):
         with pytest.raises(MemoryCoreError, match="this MemoryCore is closed"):
             call()
+
+
+def test_identity_state_sees_a_changed_stored_identity_at_once(ws, state_home):
+    with _core(ws, state_home) as core:
+        core.index()
+        assert core.identity_state() == core.identity_state() == {"state": "ok", "mismatch": []}
+        meta = core.writer.read_meta()
+        core.writer.write_meta({**meta, "chunkTokens": meta["chunkTokens"] + 1})
+        assert core.identity_state() == {"state": "mismatch", "mismatch": ["chunkTokens"]}
+        state = core.identity_state()
+        state["mismatch"].append("caller's own list")
+        assert core.identity_state()["mismatch"] == ["chunkTokens"]
+        core.writer.write_meta(meta)
+        assert core.identity_state() == {"state": "ok", "mismatch": []}
