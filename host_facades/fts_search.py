@@ -430,37 +430,3 @@ def keyword_search_with_fallback(
             sets.append(probe["hits"])
     info["hits"] = limit_keyword_hits(merge_keyword_hits(sets), limit)
     return info
-
-
-# ---------------------------------------------------------------------------------------------
-# Recall metadata, read after retrieval in the same snapshot (§6.1, F30)
-# ---------------------------------------------------------------------------------------------
-
-
-def recall_metadata(conn: apsw.Connection, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Metadata per chunk id (left joins); ids whose chunk is gone are absent from the result."""
-    out: dict[str, dict[str, Any]] = {}
-    ids = list(dict.fromkeys(ids))
-    for i in range(0, len(ids), 500):
-        batch = ids[i : i + 500]
-        rows = conn.execute(
-            f"SELECT c.id, r.importance, r.triggers, r.project_key, p.origin_class, p.session_kind,"
-            f" p.observed_at, p.supersedes_key, s.mtime, c.text, c.hash FROM {CHUNKS_TABLE} c"
-            " LEFT JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
-            " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
-            " LEFT JOIN memory_index_sources s ON s.path = c.path AND s.source = c.source"
-            f" WHERE c.id IN ({','.join('?' * len(batch))})",
-            batch,
-        )
-        for cid, imp, trig, proj, origin, kind, observed, supersedes, mtime, text, chunk_hash in rows:
-            out[cid] = {
-                "importance": imp, "triggers": trig, "project_key": proj,
-                "provenance": None if origin is None else {
-                    "origin_class": origin, "session_kind": kind, "observed_at": observed,
-                    **({"supersedes_key": supersedes} if supersedes is not None else {}),
-                },
-                "source_mtime": mtime,
-                "text": text,
-                "hash": chunk_hash,
-            }
-    return out

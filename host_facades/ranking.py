@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from host_facades.chunk_rows import provenance_of
 
 DAY_MS = 24 * 60 * 60 * 1000
 DEFAULT_RRF_K = 60
@@ -96,14 +97,6 @@ class Candidate:
     @property
     def key(self) -> str:
         return f"{self.source}:{self.path}:{self.start_line}:{self.end_line}"
-
-    def hit_row(self, *, vector_mode: bool) -> tuple:
-        """The fields of a ``SearchHit`` except ``citation`` (derived from path and lines), in order:
-        id, path, start_line, end_line, score, snippet, source, vector_score, text_score, importance,
-        triggers, project_key, provenance, source_mtime, hash. Compact: it crosses the worker pipe."""
-        return (self.id, self.path, self.start_line, self.end_line, float(self.score), self.snippet, self.source,
-                float(self.vector_score) if vector_mode else None, float(self.text_score), self.importance,
-                self.triggers, self.project_key, self.provenance, self.source_mtime, self.hash)
 
     def parts(self) -> dict[str, Any]:
         """Score parts for ``--explain``: the flat fields, plus each stage of the score in order
@@ -628,7 +621,8 @@ def select_scored(results: Sequence[Candidate], *, max_results: int, min_score: 
 
 
 def attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> list[Candidate]:
-    """Copy recall metadata onto candidates; chunks absent from ``meta`` (removed after retrieval) drop out."""
+    """Copy recall metadata (``host_facades.chunk_rows`` rows) onto candidates; chunks absent from
+    ``meta`` (removed after retrieval) drop out."""
     out = []
     for c in cands:
         m = meta.get(c.id)
@@ -640,7 +634,7 @@ def attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> 
         c.triggers = trig.strip() if isinstance(trig, str) and trig.strip() and trig.strip() != "[]" else None
         pk = m.get("project_key")
         c.project_key = pk.strip() if isinstance(pk, str) and pk.strip() else None
-        c.provenance = m.get("provenance")
+        c.provenance = provenance_of(m)
         c.source_mtime = m.get("source_mtime")
         c.hash = m.get("hash")
         out.append(c)

@@ -50,6 +50,7 @@ from memory_core.store.perms import loose_files, tighten
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
 from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+from memory_core.search.types import SearchResults
 from memory_core.session_keys import session_index_path
 from memory_core.validation import check_search
 
@@ -92,8 +93,6 @@ class MemoryCore:
         self.agent_id = cfg.agent_id
         self.db_path = cfg.db_path(self.agent_id)
         self.repoint = repoint
-        self.dirty = False  # set by freshness (watcher / session deltas)
-        self.last_staleness: dict[str, Any] | None = None  # set by before_search (freshness)
         self._provider = embedding_provider
         self._provider_error: MemoryCoreError | None = None
         self._writer: IndexWriter | None = None
@@ -106,6 +105,7 @@ class MemoryCore:
         self._fallback_engine: Any = None
         self._retriever: Any = _UNSET
         self._cursor_pins: Any = None
+        self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
         from memory_core.store.reader import CachedReader
 
         self._meta_reader = CachedReader(self.db_path, load_vec=False)  # identity reads, never the writer's
@@ -134,6 +134,12 @@ class MemoryCore:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def dirty(self) -> bool:
+        """Whether freshness knows of changes the index does not hold yet (watcher, session deltas)."""
+        fresh = self._freshness
+        return fresh is not None and fresh.is_dirty()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -223,18 +229,26 @@ class MemoryCore:
         except FileNotFoundError:
             return None
 
-    def _read_meta(self) -> dict | None:
-        meta = _loads(self.read_meta_value(schema.META_KEY))
-        return meta if isinstance(meta, dict) else None
-
     def identity_state(self) -> dict[str, Any]:
         """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta."""
         with index_errors(self.db_path):
-            meta = self._read_meta()
-        if meta is None:
+            raw = self.read_meta_value(schema.META_KEY)
+        # every search asks (freshness and the engine): the comparison is kept while the stored meta,
+        # the config and the provider (and its dims, which some learn late) are the same
+        provider = self._provider
+        key = (raw, getattr(provider, "dims", None))
+        memo = self._identity_memo
+        if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
+            state, diff = memo[3]
+            return {"state": state, "mismatch": list(diff)}
+        meta = _loads(raw)
+        if not isinstance(meta, dict):
             return {"state": "empty", "mismatch": []}
         diff = identity_mismatch(meta, self.expected_identity())
-        return {"state": "mismatch" if diff else "ok", "mismatch": diff}
+        state = "mismatch" if diff else "ok"
+        if self._provider is provider:  # expected_identity may have created the provider just now
+            self._identity_memo = (key, self.config, provider, (state, tuple(diff)))
+        return {"state": state, "mismatch": diff}
 
     def check_identity(self) -> dict[str, Any]:
         """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
@@ -301,8 +315,6 @@ class MemoryCore:
             raise
         else:
             fut.set_result(result)
-            if not result.failed and result.scan_ok:
-                self.dirty = False
             return result
         finally:
             with self._lock:
@@ -489,15 +501,14 @@ class MemoryCore:
 
     def before_search(self) -> dict[str, Any] | None:
         """Run before every search: notice a file swapped by another process, the bounded reconcile,
-        bootstrap an empty index, background sync when dirty. Returns (and keeps in
-        ``last_staleness``) upstream's ``{stale, warning, action}`` or None.
+        bootstrap an empty index, background sync when dirty. Returns upstream's ``{stale, warning,
+        action}`` or None (each search hands it back with its own result).
 
         An index file that cannot be read raises :class:`IndexCorrupt`/:class:`IndexUnreadable` first;
         with no index yet and a state dir that cannot be written, :class:`StateDirNotWritable`."""
         self.check_readable()
         self.notice_swap()
-        self.last_staleness = self.freshness.before_search()
-        return self.last_staleness
+        return self.freshness.before_search()
 
     @property
     def reader(self) -> Any:
@@ -603,16 +614,36 @@ class MemoryCore:
     # ------------------------------------------------------------------ search / get (memory_core/search/)
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                sources: Sequence[str] | None = None, lexical_only: bool = False,
-               active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> list[Any]:
-        """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the SearchEngine."""
+               active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> SearchResults:
+        """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the
+        SearchEngine. The hits come back as a list that also carries this search's ``staleness``."""
         self._check_open()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
         with index_errors(self.db_path):
+            stale = None
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
-                self.before_search()
-            return self.search_engine.search(
+                stale = self.before_search()
+            hits = self.search_engine.search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector)
+            return SearchResults(hits, stale)
+
+    def explain(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+                sources: Sequence[str] | None = None, lexical_only: bool = False,
+                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> Any:
+        """The explain twin of :meth:`search` (same arguments, same search): its
+        :class:`~memory_core.search.engine.SearchDetails`, with the hits, the FTS plan, the candidates
+        per retriever, each candidate's score parts and the search's ``staleness``; ``.to_dict()`` is
+        what ``memory-core search --explain --json`` prints."""
+        self._check_open()
+        check_search(self.config, query, max_results, min_score)  # before any sync or search work
+        with index_errors(self.db_path):
+            stale = self.before_search() if isinstance(query, str) and query.strip() else None
+            details = self.search_engine.explain(
+                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
+                active_project_keys=active_project_keys, query_vector=query_vector)
+            details.staleness = stale
+            return details
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
             max_chars: int | None = None) -> Any:
@@ -645,7 +676,7 @@ class MemoryCore:
         fresh = self.freshness
         if os.path.exists(self.db_path) and not fresh.watching():
             fresh.reconcile(sessions_by_delta=False, reason="status", strict=True)
-        return bool(self.dirty) or fresh.is_dirty()
+        return fresh.is_dirty()
 
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets); :class:`IndexCorrupt` when the file

@@ -46,7 +46,7 @@ class Served:
     def search(self, query: str) -> tuple[list[str], dict | None]:
         """MemoryCore.search (which runs before_search first) and the staleness it reported."""
         hits = self.core.search(query, min_score=0.0)
-        return sorted({h.path for h in hits}), self.core.last_staleness
+        return sorted({h.path for h in hits}), hits.staleness
 
     def paths(self, query: str) -> list[str]:
         return self.search(query)[0]

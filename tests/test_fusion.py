@@ -96,7 +96,7 @@ def test_explain_shows_each_part_of_a_hits_score(tmp_path):
     cfg = MemoryCoreConfig(provider="fake", query={"hybrid": {"mmr": {"enabled": False}}})
     engine = SearchEngine(cfg, db, emb)
     try:
-        data = engine.explain("cats purr", min_score=0.0)
+        data = engine.explain("cats purr", min_score=0.0).to_dict()
     finally:
         engine.close()
     top = data["ranked"][0]

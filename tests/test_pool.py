@@ -243,7 +243,7 @@ def test_inline_pool_runs_the_same_tasks_in_process():
                                     "host_facades.vector_cache", "host_facades.sqlite_read", "host_facades.vector_state",
                                     "host_facades.fts_query", "host_facades.fts_search", "host_facades.keywords", "host_facades.vector_search",
                                     "host_facades.chunking", "host_facades.ranking",
-                                    "host_facades.search_run"])
+                                    "host_facades.search_run", "host_facades.search_edge", "host_facades.chunk_rows"])
 def test_worker_modules_import_no_owner_modules(module):
     code = (
         f"import sys, importlib; importlib.import_module({module!r});"

@@ -261,41 +261,73 @@ def test_mcp_memory_get_of_a_transcript_returns_the_flattened_text(session_core)
     assert got == {"text": FLAT, "path": "sessions/s1.jsonl", "from": 2, "lines": 6}
 
 
-def test_hit_from_row_builds_the_same_hit_as_the_constructor():
+def test_hits_from_reply_builds_the_same_hit_as_the_constructor():
     import dataclasses
 
-    from memory_core.search.types import SearchHit, hit_from_row
+    from host_facades.ranking import Candidate
+    from host_facades.search_edge import HIT_FIELDS, SearchReply, hit_row
+    from memory_core.search.types import SearchHit, hits_from_reply
 
-    row = ("c1", "memory/a.md", 3, 5, 0.5, "snippet", "memory", 0.4, None, 2, "t", "pk", {"origin_class": "agent"}, 1.7e12, "h1")
-    hit = hit_from_row(row)
+    c = Candidate(id="c1", path="memory/a.md", source="memory", start_line=3, end_line=5, snippet="snippet",
+                  vector_score=0.4, text_score=0.25, score=0.5, importance=2, triggers="t", project_key="pk",
+                  provenance={"origin_class": "agent"}, source_mtime=1.7e12, hash="h1")
+    one_line = dataclasses.replace(c, start_line=4, end_line=4)
+    hit, short = hits_from_reply(SearchReply(mode="hybrid", hits=(hit_row(c, vector_mode=True),
+                                                                   hit_row(one_line, vector_mode=True))))
     want = SearchHit(id="c1", path="memory/a.md", start_line=3, end_line=5, score=0.5, snippet="snippet",
-                     source="memory", vector_score=0.4, text_score=None, citation="memory/a.md#L3-L5", importance=2,
+                     source="memory", vector_score=0.4, text_score=0.25, citation="memory/a.md#L3-L5", importance=2,
                      triggers="t", project_key="pk", provenance={"origin_class": "agent"}, source_mtime=1.7e12, hash="h1")
+    assert HIT_FIELDS == tuple(f.name for f in dataclasses.fields(SearchHit))
     assert hit == want and list(vars(hit)) == list(vars(want))
     assert hit.to_dict() == want.to_dict() and "hash" not in hit.to_dict()
     with pytest.raises(dataclasses.FrozenInstanceError):
         hit.score = 1.0  # type: ignore[misc]
-    assert hit_from_row(row[:2] + (4, 4) + row[4:]).citation == "memory/a.md#L4"
+    assert short.citation == "memory/a.md#L4"
+    keyword_only = hits_from_reply(SearchReply(mode="keyword", hits=(hit_row(c, vector_mode=False),)))
+    assert keyword_only[0].vector_score is None
 
 
-def test_search_requests_share_no_mutable_parts(tmp_path):
+def test_a_search_request_is_frozen_and_reads_the_typed_config(tmp_path):
+    import dataclasses
+
+    from host_facades.search_edge import SearchRequest
     from memory_core.search.engine import SearchEngine
 
-    engine = SearchEngine(MemoryCoreConfig(workspace=str(tmp_path), state_dir=str(tmp_path)), str(tmp_path / "x.sqlite"))
+    cfg = MemoryCoreConfig(workspace=str(tmp_path), state_dir=str(tmp_path),
+                           query={"hybrid": {"fusion": "rrf", "candidateMultiplier": 3, "mmr": {"lambda": 0.5}}})
+    engine = SearchEngine(cfg, str(tmp_path / "x.sqlite"), now_ms=lambda: 1234.0)
 
     def request(query, keys=None):
-        return engine._request(query, ("memory",), 6, 0.35, want_vector=False, active_project_keys=keys, details=False)
+        return engine._request(query, ("memory",), 6, 0.35, want_vector=False, qvec=None, active_project_keys=keys,
+                               details=False, probe_content=False)
 
     a, b = request("one"), request("two", ["p"])
-    assert (a["query"], b["query"]) == ("one", "two")
-    assert a["ranking"]["active_project_keys"] is None and b["ranking"]["active_project_keys"] == ("p",)
-    a["sources"].append("sessions")
-    a["ranking"]["fusion"] = "rrf"
-    c = request("three")
-    assert c["sources"] == ["memory"] and c["ranking"]["fusion"] == "weighted"
-    assert set(c) == {"query", "sources", "candidates", "model", "backend", "or_fallback", "want_keyword", "ranking",
-                      "max_results", "min_score", "details", "qvec"}
+    assert isinstance(a, SearchRequest) and (a.query, b.query) == ("one", "two")
+    assert (a.candidates, a.sources, a.now_ms, a.active_project_keys, b.active_project_keys) == (
+        18, ("memory",), 1234.0, None, ("p",))
+    assert (a.ranking.fusion, a.ranking.mmr_lambda, a.ranking.vector_weight, a.ranking.half_life_days) == (
+        "rrf", 0.5, 0.7, 30.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.query = "other"  # type: ignore[misc]
     engine.close()
+
+
+def test_core_explain_is_what_search_explain_json_prints(ws, state_home, capsys):
+    from memory_core.output import camel_keys
+
+    args = ["--workspace", str(ws)]
+    assert main(["index", *args]) == 0
+    capsys.readouterr()
+    assert main(["search", "Falcon billing", "--explain", "--json", *args]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    with MemoryCore(str(ws)) as core:
+        details = core.explain("Falcon billing")
+    data = json.loads(json.dumps(camel_keys(details.to_dict()), default=str))
+    assert set(printed.pop("timingsMs")) == set(data.pop("timingsMs")) == {"keyword", "metadata", "rank", "total"}
+    assert data == printed
+    assert [h.citation for h in details.hits] == [r["citation"] for r in printed["results"]] == ["memory/projects.md#L1"]
+    assert (printed["mode"], printed["ftsPlan"]["matchQuery"]) == ("keyword", '"Falcon" AND "billing"')
+    assert details.staleness is None
 
 
 def test_odd_queries_get_typed_answers_and_a_closed_core_refuses(ws, state_home):
@@ -310,3 +342,17 @@ def test_odd_queries_get_typed_answers_and_a_closed_core_refuses(ws, state_home)
     for call in (lambda: core.search("Falcon"), lambda: core.get("MEMORY.md"), core.status, core.index):
         with pytest.raises(MemoryCoreError, match="this MemoryCore is closed"):
             call()
+
+
+def test_identity_state_sees_a_changed_stored_identity_at_once(ws, state_home):
+    with _core(ws, state_home) as core:
+        core.index()
+        assert core.identity_state() == core.identity_state() == {"state": "ok", "mismatch": []}
+        meta = core.writer.read_meta()
+        core.writer.write_meta({**meta, "chunkTokens": meta["chunkTokens"] + 1})
+        assert core.identity_state() == {"state": "mismatch", "mismatch": ["chunkTokens"]}
+        state = core.identity_state()
+        state["mismatch"].append("caller's own list")
+        assert core.identity_state()["mismatch"] == ["chunkTokens"]
+        core.writer.write_meta(meta)
+        assert core.identity_state() == {"state": "ok", "mismatch": []}

@@ -15,7 +15,8 @@ from typing import Any
 
 from benchmarks.worker_tasks import ping  # noqa: F401 - registers "ping" (the pool round trip)
 from host_facades import vector_cache
-from workers.tasks import OPS, TaskError, WorkerContext, read_metadata, task
+from host_facades.chunk_rows import read_chunks
+from workers.tasks import OPS, TaskError, WorkerContext, task
 
 TASK_MODULES = ("tests.worker_tasks",)
 
@@ -90,8 +91,8 @@ def _op_fts_raw(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str
 
 
 def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dict]:
-    """The chunk metadata of ``op["ids"]`` in the task's snapshot (``workers.tasks.read_metadata``)."""
-    return read_metadata(conn, list(op["ids"]))
+    """The chunk metadata of ``op["ids"]`` in the task's snapshot (``host_facades.chunk_rows.read_chunks``)."""
+    return read_chunks(conn, list(op["ids"]))
 
 
 OPS["fts_raw"] = _op_fts_raw

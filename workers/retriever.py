@@ -1,9 +1,9 @@
 """Owner-side adapter: run a search's retrieval through a pool on one leased generation.
 
 :class:`PooledRetriever` is what the search engine calls instead of opening its own reader:
-``run_search(req)`` runs a whole search (``host_facades.search_run``) and ``retrieve(ops,
-metadata="hits")`` runs retrieval ops plus the metadata read, each as ONE
-``retrieve`` task (one read transaction = one generation, see memory_core/generations.py),
+``run_search(req)`` runs a whole search (``host_facades.search_run``: a ``SearchRequest`` in, a
+``SearchReply`` out) and ``retrieve(ops, metadata="hits")`` runs retrieval ops plus the metadata
+read, each as ONE ``retrieve`` task (one read transaction = one generation, see memory_core/generations.py),
 holds a lease for the duration, and keeps workers' derived state down to the current generation
 plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same task function runs
 in-process, so results are identical.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from host_facades.search_edge import SearchReply, SearchRequest
 from host_facades.vector_cache import prune_shared
 from memory_core.generations import GenerationLeases
 from workers.inline import InlinePool
@@ -51,14 +52,14 @@ class PooledRetriever:
         finally:
             lease.release()
 
-    def run_search(self, req: dict, *, timeout_s: float | None = None) -> tuple[dict, int | None]:
+    def run_search(self, req: SearchRequest, *, timeout_s: float | None = None) -> SearchReply:
         """A whole search in one worker task on one leased generation (``run_search`` op,
-        ``host_facades.search_run.run_search``). Returns ``(reply, revision)``; an absent
-        database answers ``{"empty_index": True}``."""
+        ``host_facades.search_run.run_search``); an absent database answers ``empty_index``."""
         res = self.retrieve([{"op": "run_search", "req": req}], metadata=None, timeout_s=timeout_s)
         results = res.get("results") or ()
-        out = results[0] if results and isinstance(results[0], dict) else {"empty_index": True, "mode": "empty", "hits": []}
-        return out, res.get("revision")
+        if results and isinstance(results[0], SearchReply):
+            return results[0]
+        return SearchReply(mode="empty", revision=res.get("revision"), empty_index=True)
 
     def index_state(self) -> dict:
         return self.pool.run("index_state", {"db_path": self.db_path}, timeout_s=self.timeout_s)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from host_facades.chunk_rows import read_chunks
+from host_facades.search_edge import SearchReply, SearchRequest
 from host_facades.vector_cache import DerivedStateCache
 from host_facades.sqlite_read import (
     SQLITE_IDLE_HANDLE_TTL_S,
@@ -164,36 +166,6 @@ def index_state(payload: dict, ctx: WorkerContext) -> dict:
         raise
 
 
-METADATA_SQL = (
-    "SELECT c.id, c.path, c.start_line, c.end_line, c.text, c.source, c.model, c.hash, c.updated_at,"
-    " m.importance, m.triggers, m.project_key, p.origin_class, p.session_kind, p.observed_at,"
-    " p.supersedes_key, s.mtime"
-    " FROM memory_index_chunks c"
-    " LEFT JOIN memory_index_chunk_recall_metadata m ON m.chunk_id = c.id"
-    " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id"
-    " LEFT JOIN memory_index_sources s ON s.path = c.path AND s.source = c.source"
-    " WHERE c.id IN ({marks})"
-)
-METADATA_FIELDS = (
-    "id", "path", "start_line", "end_line", "text", "source", "model", "hash", "updated_at",
-    "importance", "triggers", "project_key", "origin_class", "session_kind", "observed_at",
-    "supersedes_key", "source_mtime",
-)
-
-
-def read_metadata(conn, ids: list[str]) -> dict[str, dict]:
-    """Chunk rows plus recall metadata/provenance/source mtime for ``ids``, in the current txn.
-
-    Ids of chunks that no longer exist (e.g. removed by a concurrent forget) are simply absent.
-    """
-    out: dict[str, dict] = {}
-    unique = list(dict.fromkeys(ids))
-    for start in range(0, len(unique), 500):
-        batch = unique[start:start + 500]
-        sql = METADATA_SQL.format(marks=",".join("?" * len(batch)))
-        for row in conn.execute(sql, batch):
-            out[row[0]] = dict(zip(METADATA_FIELDS, row))
-    return out
 
 
 def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
@@ -220,16 +192,23 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     return pairs
 
 
-def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> dict:
+def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> SearchReply:
     """A WHOLE search (retrieval + metadata + ranking + selection) on this snapshot:
-    ``host_facades.search_run.run_search``, the same function in-process searches call; the reply
-    is the compact hit rows (see there). op: ``req`` (run_search's request dict)."""
+    ``host_facades.search_run.run_search``, the same function in-process searches call.
+    op: ``req``, a :class:`~host_facades.search_edge.SearchRequest`; the answer is its
+    :class:`~host_facades.search_edge.SearchReply`."""
     from host_facades.search_run import run_search
+
+    req = op.get("req")
+    if not isinstance(req, SearchRequest):
+        raise TaskError("InvalidRequest", "invalid_request",
+                        f"the run_search op takes a host_facades.search_edge.SearchRequest as 'req', "
+                        f"got {type(req).__name__}")
 
     def vector_state(conn, model):
         return ctx.cache.get_or_build(conn, (env["db_id"], env["revision"], model_key(model)))
 
-    return run_search(conn, op["req"], vector_state=vector_state, db_id=env["db_id"])
+    return run_search(conn, req, revision=env["revision"], vector_state=vector_state, db_id=env["db_id"])
 
 
 OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
@@ -240,9 +219,9 @@ OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
 
 def _hit_ids(result: Any) -> list[str]:
     ids: list[str] = []
+    if isinstance(result, SearchReply):
+        return []  # a "run_search" op reads its own metadata
     if isinstance(result, dict):
-        if "mode" in result and "hits" in result:
-            return []  # a "run_search" op reads its own metadata
         result = result.get("hits") or result.get("rows") or ()
     for hit in result or ():
         if isinstance(hit, dict):
@@ -312,9 +291,9 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
     metadata: dict[str, dict] = {}
     if meta_spec == "hits":
         ids = [i for r in results for i in _hit_ids(r)]
-        metadata = read_metadata(conn, ids)
+        metadata = read_chunks(conn, ids)
     elif meta_spec:
-        metadata = read_metadata(conn, list(meta_spec))
+        metadata = read_chunks(conn, list(meta_spec))
     return results, metadata
 
 

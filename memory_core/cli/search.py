@@ -9,7 +9,6 @@ from typing import Any
 from memory_core.cli.common import open_core
 from memory_core.errors import InvalidRequest
 from memory_core.output import escape_control
-from memory_core.validation import check_search
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -112,18 +111,15 @@ def _cmd_search(args: argparse.Namespace) -> int:
         kwargs = dict(max_results=args.max_results, min_score=args.min_score, sources=args.source,
                       lexical_only=args.lexical_only, active_project_keys=args.project)
         if args.explain:
-            check_search(core.config, query, args.max_results, args.min_score)  # before before_search's sync
-            if query.strip():
-                core.before_search()
-            data = core.search_engine.explain(query, **kwargs)
+            details = core.explain(query, **kwargs)
             if args.json:
-                print_json(data)
+                print_json(details.to_dict())
             else:
-                sys.stdout.write(_format_explain(data))
-                sys.stdout.write(_render_hits(core, _hits_from(core, data), query))
+                sys.stdout.write(_format_explain(details.to_dict()))
+                sys.stdout.write(_render_hits(core, details.hits, query))
             return 0
         hits = core.search(query, **kwargs)
-        stale = getattr(core, "last_staleness", None)
+        stale = hits.staleness
         if args.json:
             out: dict[str, Any] = {"agentId": core.agent_id, "provider": core.config.provider,
                                    "results": [wire(h) for h in hits]}
@@ -146,18 +142,6 @@ def _render_hits(core: Any, hits: list[Any], query: str) -> str:
 
     texts = chunk_texts(core.config.db_path(), [h.id for h in hits]) if hits else {}
     return cli_text(hits, query, texts=texts, color=use_color())
-
-
-def _hits_from(core: Any, data: dict[str, Any]) -> list[Any]:
-    from memory_core.search.types import SearchHit
-
-    hits = []
-    for r in data.get("results", []):
-        hits.append(SearchHit(id=r["id"], path=r["path"], start_line=r["startLine"], end_line=r["endLine"],
-                              score=r["score"], snippet=r["snippet"], source=r["source"],
-                              vector_score=r.get("vectorScore"), text_score=r.get("textScore"),
-                              citation=r.get("citation", "")))
-    return hits
 
 
 def _cmd_get(args: argparse.Namespace) -> int:

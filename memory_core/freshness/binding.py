@@ -74,7 +74,6 @@ def freshness_for_core(cls: Any, core: Any, settings: Any = None) -> Any:
         forgotten_fn=forgotten_fn,
         skipped_fn=skipped_fn,
         action_command=f"memory-core index --agent {core.agent_id}",
-        on_dirty=lambda dirty: setattr(core, "dirty", dirty),
         abs_fn=lambda rel: _abs_for(rel, "sessions" if rel.startswith("sessions/") else "memory",
                                     workspace, sessions_dir),
     )

@@ -203,7 +203,7 @@ class MemoryMethods:
 
         def search() -> tuple[list[Any], dict[str, Any] | None]:
             hits = core.search(request.query, max_results=request.max_results, min_score=request.min_score)
-            return hits, getattr(core, "last_staleness", None)  # set by this search's before_search
+            return hits, hits.staleness
 
         try:
             hits, staleness = await asyncio.to_thread(search)

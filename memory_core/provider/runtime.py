@@ -199,28 +199,18 @@ def slice_lines(text: str, from_: int | None, lines: int | None) -> dict[str, An
 # --- store reads (run in a thread) ----------------------------------------------------------
 
 
-_ROW_KEYS = ("id", "path", "source", "start_line", "end_line", "hash", "text", "importance", "triggers",
-             "project_key", "origin_class")
-_ROW_SQL = ("SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.text, r.importance, r.triggers,"
-            " r.project_key, p.origin_class FROM memory_index_chunks c"
-            " {join} JOIN memory_index_chunk_recall_metadata r ON r.chunk_id = c.id"
-            " LEFT JOIN memory_index_chunk_provenance p ON p.chunk_id = c.id")
-
-
 def read_chunk_rows(conn: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
-    if not ids:
-        return {}
-    rows = conn.execute(_ROW_SQL.format(join="LEFT") + f" WHERE c.id IN ({','.join('?' * len(ids))})",
-                        ids).fetchall()
-    return {r[0]: dict(zip(_ROW_KEYS, r, strict=True)) for r in rows}
+    """``{id: row}`` of the chunks that exist (``host_facades.chunk_rows``, the one chunk reader)."""
+    from host_facades.chunk_rows import read_chunks
+
+    return read_chunks(conn, ids)
 
 
 def read_candidate_rows(conn: Any, kind: str) -> list[dict[str, Any]]:
-    column = "r.triggers" if kind == "trigger" else "r.project_key"
-    rows = conn.execute(_ROW_SQL.format(join="") + f" WHERE c.source = 'memory' AND {column} IS NOT NULL"
-                        f" AND trim({column}) NOT IN ('', '[]') ORDER BY coalesce(r.importance, 0) DESC, c.id"
-                        ).fetchall()
-    return [dict(zip(_ROW_KEYS, r, strict=True)) for r in rows]
+    """Memory chunks with triggers (``"trigger"``) or a project key (``"project"``), by importance."""
+    from host_facades.chunk_rows import memory_candidates
+
+    return memory_candidates(conn, kind)
 
 
 def read_store_facts(conn: Any) -> dict[str, Any]:

@@ -4,61 +4,41 @@ The search itself (retrievers, recall metadata, ranking, selection on one read s
 function, :func:`host_facades.search_run.run_search`, which :class:`SearchEngine` calls either
 in-process on its cached reader or, with a ``retriever`` (workers/retriever.py), as one worker
 task on one leased generation: pooled and in-process results are identical by construction.
-The owner does only trim/validation, the identity check, the forced sync on an empty index, the
-query embedding, candidates = min(200, max(1, floor(maxResults x multiplier))), and building
-:class:`SearchHit` objects from the compact reply.
+Both paths take one frozen :class:`~host_facades.search_edge.SearchRequest` and answer one
+:class:`~host_facades.search_edge.SearchReply`. The owner does only trim/validation, the identity
+check, the forced sync on an empty index, the query embedding, candidates = min(200, max(1,
+floor(maxResults x multiplier))), and building :class:`SearchHit` objects from the reply
+(:func:`~memory_core.search.types.hits_from_reply`).
 
 :func:`rank_results` is the pure ranking step on its own (tests).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import apsw
 import numpy as np
 
-from host_facades import fts_query
-from host_facades.vector_cache import process_state
+from host_facades import fts_query, ranking
+from host_facades.search_edge import SearchReply, SearchRequest, frozen_new, hit_row
 from host_facades.search_run import run_search
 from host_facades.sqlite_read import read_snapshot
-from host_facades.vectors import encode_vector
+from host_facades.vector_cache import process_state
+from memory_core.config import MemoryCoreConfig
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
-from host_facades import ranking
-from memory_core.search.types import Candidate, SearchHit, hit_from_row
+from memory_core.search.types import Candidate, SearchHit, hits_from_reply
 from memory_core.store.access import index_errors
 from memory_core.store.reader import CachedReader
 from memory_core.validation import search_numbers
 
 MAX_CANDIDATES = 200
 VALID_SOURCES = ("memory", "sessions")
-
-
-@dataclass(frozen=True)
-class SearchParams:
-    """Everything a retriever needs; plain values only, so it pickles into a worker."""
-
-    query: str
-    candidates: int
-    sources: tuple[str, ...] = ("memory",)
-    tokenizer: str = "unicode61"
-    model: str | None = None
-    backend: str = "auto"
-    or_fallback: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        # flat fields of plain values: no deep copy (asdict) on the per-query path
-        return {name: getattr(self, name) for name in _PARAM_FIELDS}
-
-
-_PARAM_FIELDS = tuple(f.name for f in fields(SearchParams))
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,16 +48,20 @@ _PARAM_FIELDS = tuple(f.name for f in fields(SearchParams))
 
 @dataclass
 class SearchDetails:
-    """Hits plus what ``--explain`` shows: queries, per-retriever candidates, score parts."""
+    """Hits plus what ``--explain`` shows: queries, per-retriever candidates, score parts.
+    :meth:`to_dict` is the ``memory-core search --explain --json`` data; ``staleness`` (not part of
+    it) is the search's staleness report when it came through :class:`~memory_core.core.MemoryCore`."""
 
     hits: list[SearchHit]
     mode: str                                   # "hybrid" | "keyword" | "vector" | "empty"
     params: dict[str, Any] = field(default_factory=dict)
     keyword: dict[str, Any] | None = None
-    vector: list[dict[str, Any]] | None = None
-    ranked: list[dict[str, Any]] = field(default_factory=list)
+    vector: Sequence[dict[str, Any]] | None = None
+    ranked: Sequence[dict[str, Any]] = ()
     revision: int | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    fts_plan: dict[str, Any] | None = None      # host_facades.fts_query.explain_fts (``explain`` only)
+    staleness: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,9 +76,10 @@ class SearchDetails:
                     {"id": h["id"], "path": h["path"], "lines": [h["start_line"], h["end_line"]],
                      "vector_score": h["vector_score"]} for h in self.vector],
             },
-            "ranked": self.ranked,
+            "ranked": list(self.ranked),
             "results": [h.to_dict() for h in self.hits],
             "timings_ms": self.timings_ms,
+            "fts_plan": self.fts_plan,
         }
 
 
@@ -112,7 +97,8 @@ def rank_results(
     selected, ordered, vector_mode = ranking.rank_and_select(
         mode=mode, keyword_hits=keyword_hits, vector_hits=vector_hits, metadata=metadata, opts=opts,
         max_results=max_results, min_score=min_score)
-    return [hit_from_row(c.hit_row(vector_mode=vector_mode)) for c in selected], ordered
+    rows = tuple(hit_row(c, vector_mode=vector_mode) for c in selected)
+    return hits_from_reply(SearchReply(mode=mode, hits=rows)), ordered
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,23 +106,10 @@ def rank_results(
 # ---------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=128)
-def _path_parts(path: str) -> tuple[str, ...]:
-    return tuple(path.split("."))
-
-
-def _get(obj: Any, path: str, default: Any) -> Any:
-    cur = obj
-    for part in _path_parts(path):
-        if cur is None:
-            return default
-        cur = getattr(cur, part, None)
-    return default if cur is None else cur
-
-
 @dataclass(frozen=True)
 class _Settings:
-    """What a search reads from the configuration (``SearchEngine._settings``)."""
+    """What a search reads from the configuration (``SearchEngine._settings``); the defaults live
+    in the config models (memory_core/config.py)."""
 
     max_results: Any
     min_score: Any
@@ -145,9 +118,27 @@ class _Settings:
     hybrid_enabled: bool
     candidate_multiplier: float
     backend: str
-    ranking: dict[str, Any]  # RankingOptions fields but now_ms / active_project_keys
+    ranking: ranking.RankingOptions  # without this search's now_ms / active_project_keys
     # (max_results, min_score) validated, when the configured defaults are valid (else None)
     defaults: tuple[int, float] | None = None
+
+
+def _settings_of(c: MemoryCoreConfig) -> _Settings:
+    q = c.query
+    h = q.hybrid
+    try:
+        defaults: tuple[int, float] | None = search_numbers(q.max_results, q.min_score)
+    except InvalidRequest:
+        defaults = None  # reported by every search that relies on them (_validate_numbers)
+    return _Settings(
+        max_results=q.max_results, min_score=q.min_score, defaults=defaults,
+        sources=tuple(c.sources) or ("memory",), provider=str(c.provider), hybrid_enabled=bool(h.enabled),
+        candidate_multiplier=float(h.candidate_multiplier), backend=str(c.store.vector.backend),
+        ranking=ranking.RankingOptions(
+            vector_weight=float(h.vector_weight), text_weight=float(h.text_weight), fusion=str(h.fusion),
+            rrf_k=int(h.rrf_k), mmr_enabled=bool(h.mmr.enabled), mmr_lambda=float(h.mmr.lambda_),
+            decay_enabled=bool(h.temporal_decay.enabled), half_life_days=float(h.temporal_decay.half_life_days)),
+    )
 
 
 def candidate_count(max_results: int, multiplier: float) -> int:
@@ -182,15 +173,11 @@ class SearchEngine:
         now_ms: Callable[[], float] | None = None,
         retriever: Any = None,
     ) -> None:
-        # retriever (H7, workers/retriever.py PooledRetriever): when set, the snapshot reads of a
+        # retriever (workers/retriever.py PooledRetriever): when set, the snapshot reads of a
         # search run in the worker pool on one leased generation; None = in-process reads.
         self.retriever = retriever
-        if config is None:
-            from memory_core.config import MemoryCoreConfig
-
-            config = MemoryCoreConfig()
-        self.config = config
-        self.db_path = db_path or config.db_path()
+        self.config = config if config is not None else MemoryCoreConfig()
+        self.db_path = db_path or self.config.db_path()
         self.provider = provider
         self.identity_check = identity_check
         self.on_empty_index = on_empty_index
@@ -209,41 +196,9 @@ class SearchEngine:
         cached = self._settings_cache
         if cached is not None and cached[0] is self.config:
             return cached[1]
-        c = self.config
-        max_results, min_score = _get(c, "query.max_results", 6), _get(c, "query.min_score", 0.35)
-        try:
-            defaults: tuple[int, float] | None = _checked_numbers(None, None, max_results, min_score)
-        except InvalidRequest:
-            defaults = None  # reported by every search that relies on them (_validate_numbers)
-        settings = _Settings(
-            max_results=max_results,
-            min_score=min_score,
-            defaults=defaults,
-            sources=tuple(_get(c, "sources", ["memory"])) or ("memory",),
-            provider=str(_get(c, "provider", "none")),
-            hybrid_enabled=bool(_get(c, "query.hybrid.enabled", True)),
-            candidate_multiplier=float(_get(c, "query.hybrid.candidate_multiplier", 4)),
-            backend=str(_get(c, "store.vector.backend", "auto")),
-            ranking={
-                "vector_weight": float(_get(c, "query.hybrid.vector_weight", 0.7)),
-                "text_weight": float(_get(c, "query.hybrid.text_weight", 0.3)),
-                "fusion": str(_get(c, "query.hybrid.fusion", "weighted")),
-                "rrf_k": int(_get(c, "query.hybrid.rrf_k", 60)),
-                "mmr_enabled": bool(_get(c, "query.hybrid.mmr.enabled", True)),
-                "mmr_lambda": float(_get(c, "query.hybrid.mmr.lambda_", 0.7)),
-                "decay_enabled": bool(_get(c, "query.hybrid.temporal_decay.enabled", True)),
-                "half_life_days": float(_get(c, "query.hybrid.temporal_decay.half_life_days", 30)),
-            },
-        )
-        self._settings_cache = (c, settings)
+        settings = _settings_of(self.config)
+        self._settings_cache = (self.config, settings)
         return settings
-
-    def _ranking_fields(self, active_project_keys: Sequence[str] | None) -> dict[str, Any]:
-        """The :class:`~host_facades.ranking.RankingOptions` fields of one search."""
-        opts = self._settings().ranking.copy()
-        opts["now_ms"] = float(self._now_ms())
-        opts["active_project_keys"] = tuple(active_project_keys) if active_project_keys is not None else None
-        return opts
 
     def _sources(self, sources: Sequence[str] | str | None) -> tuple[str, ...]:
         if sources is None:
@@ -292,21 +247,22 @@ class SearchEngine:
         """Search the index; ``[]`` for an empty query (spec §6.1). An index file that is not a
         readable database raises :class:`~memory_core.errors.IndexCorrupt`."""
         with index_errors(self.db_path):
-            return self._search(
+            done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector, details=False,
-            ).hits
+            )
+        return [] if done is None else hits_from_reply(done[1])
 
-    def explain(self, query: str, **kwargs: Any) -> dict[str, Any]:
-        """The FTS query and SQL, candidates per retriever and the score parts of every candidate."""
+    def explain(self, query: str, **kwargs: Any) -> SearchDetails:
+        """The explain twin of :meth:`search` (same arguments): the search's :class:`SearchDetails`
+        with the FTS plan (query, SQL, fallback keywords) of its query."""
         details = self.search_with_details(query, **kwargs)
-        out = details.to_dict()
         p = details.params
-        out["fts_plan"] = fts_query.explain_fts(
-            str(p.get("query", "")), tokenizer=str(p.get("tokenizer", "unicode61")),
-            limit=int(p.get("candidates", 24)), sources=p.get("sources"),
-        ) if p.get("query") else None
-        return out
+        if not p.get("query"):
+            return details
+        return replace(details, fts_plan=fts_query.explain_fts(
+            str(p["query"]), tokenizer=str(p.get("tokenizer", "unicode61")), limit=int(p.get("candidates", 24)),
+            sources=p.get("sources")))
 
     def _check_identity(self) -> None:
         if self.identity_check is None:
@@ -342,41 +298,38 @@ class SearchEngine:
         """Hits plus the retriever candidates and score parts (``explain``); with ``details=False``
         only the hits, the mode and the revision they were read at."""
         with index_errors(self.db_path):
-            return self._search(
+            done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector, details=details,
             )
+        return SearchDetails(hits=[], mode="empty") if done is None else self._details(*done)
 
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
-                 active_project_keys: Sequence[str] | None, details: bool) -> dict[str, Any]:
-        """The plain-data request of :func:`host_facades.search_run.run_search` (no ``qvec`` yet)."""
+                 qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
+                 probe_content: bool) -> SearchRequest:
+        """The :class:`~host_facades.search_edge.SearchRequest` of one search."""
         st = self._settings()
-        return {
-            "query": q, "sources": list(srcs),
-            "candidates": candidate_count(mr, st.candidate_multiplier),
-            "model": getattr(self.provider, "model", None),
-            "backend": st.backend, "or_fallback": self.or_fallback,
-            "want_keyword": st.hybrid_enabled or not want_vector,
-            "ranking": self._ranking_fields(active_project_keys),
-            "max_results": mr, "min_score": ms, "details": details, "qvec": None,
-        }
+        return frozen_new(SearchRequest, {
+            "query": q, "candidates": candidate_count(mr, st.candidate_multiplier), "max_results": mr,
+            "min_score": ms, "sources": srcs, "model": getattr(self.provider, "model", None), "backend": st.backend,
+            "or_fallback": self.or_fallback, "want_keyword": st.hybrid_enabled or not want_vector, "qvec": qvec,
+            "ranking": st.ranking, "now_ms": float(self._now_ms()),
+            "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
+            "probe_content": probe_content, "details": details})
 
-    def _details(self, req: dict[str, Any], out: dict[str, Any], revision: int | None, t0: float) -> SearchDetails:
-        """:class:`SearchDetails` from ``run_search``'s reply."""
-        hits = [hit_from_row(row) for row in out["hits"]]
-        if not req["details"]:
-            return SearchDetails(hits=hits, mode=out["mode"], revision=revision)
-        params = SearchParams(query=req["query"], candidates=req["candidates"], sources=tuple(req["sources"]),
-                              tokenizer=out.get("tokenizer", "unicode61"), model=req["model"], backend=req["backend"],
-                              or_fallback=req["or_fallback"]).to_dict()
-        if out["mode"] == "empty":
-            return SearchDetails(hits=[], mode="empty", params=params, revision=revision)
-        params.update(max_results=req["max_results"], min_score=req["min_score"], fusion=req["ranking"]["fusion"])
-        timings = dict(out.get("timings_ms") or {})
+    def _details(self, req: SearchRequest, reply: SearchReply, t0: float) -> SearchDetails:
+        """:class:`SearchDetails` from the reply of a search with ``details``."""
+        hits = hits_from_reply(reply)
+        params: dict[str, Any] = {"query": req.query, "candidates": req.candidates, "sources": req.sources,
+                                  "tokenizer": reply.tokenizer, "model": req.model, "backend": req.backend,
+                                  "or_fallback": req.or_fallback}
+        if reply.mode == "empty":
+            return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision)
+        params.update(max_results=req.max_results, min_score=req.min_score, fusion=req.ranking.fusion)
+        timings = dict(reply.timings_ms)
         timings["total"] = (time.perf_counter() - t0) * 1000
-        return SearchDetails(hits=hits, mode=out["mode"], params=params, keyword=out.get("keyword"),
-                             vector=out.get("vector"), ranked=out.get("ranked") or [], revision=revision,
-                             timings_ms=timings)
+        return SearchDetails(hits=hits, mode=reply.mode, params=params, keyword=reply.keyword, vector=reply.vector,
+                             ranked=reply.ranked, revision=reply.revision, timings_ms=timings)
 
     def _search(
         self,
@@ -389,7 +342,9 @@ class SearchEngine:
         active_project_keys: Sequence[str] | None,
         query_vector: Sequence[float] | None,
         details: bool,
-    ) -> SearchDetails:
+    ) -> tuple[SearchRequest, SearchReply, float] | None:
+        """``(request, reply, start time)`` of one search; None when it has nothing to search
+        (a blank query, an empty index)."""
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
         q = query.strip()
@@ -400,7 +355,7 @@ class SearchEngine:
         mr, ms = self._validate_numbers(max_results, min_score)
         srcs = self._sources(sources)
         if not q:
-            return SearchDetails(hits=[], mode="empty")
+            return None
         provider_name = self._settings().provider
         if self.provider is None and provider_name != "none" and query_vector is None and not lexical_only:
             raise ProviderUnavailable(
@@ -417,21 +372,20 @@ class SearchEngine:
                 self.on_empty_index()
                 has_content = self._has_content()
             if not has_content:
-                return SearchDetails(hits=[], mode="empty")
+                return None
             self._check_identity()
             t0 = time.perf_counter()
-            req = self._request(q, srcs, mr, ms, want_vector=want_vector, active_project_keys=active_project_keys,
-                                details=details)
             conn = self._reader()
             assert conn is not None
             # embed before opening the read transaction: a slow provider must not pin a generation
-            if want_vector:
-                req["qvec"] = np.asarray(query_vector if query_vector is not None else self._embed_query(q),
-                                         dtype=np.float32)
+            qvec = self._query_vector(q, query_vector) if want_vector else None
+            req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
+                                active_project_keys=active_project_keys, details=details, probe_content=False)
             db_id = self._db_id()
             with read_snapshot(conn) as revision:
-                out = run_search(conn, req, vector_state=lambda c, model: process_state(c, model, db_id), db_id=db_id)
-            return self._details(req, out, revision, t0)
+                reply = run_search(conn, req, revision=revision,
+                                   vector_state=lambda c, model: process_state(c, model, db_id), db_id=db_id)
+            return req, reply, t0
 
     def _identity_or_empty(self) -> bool:
         """Pooled searches: the identity check, but (as in-process) an empty index is not paused:
@@ -453,28 +407,28 @@ class SearchEngine:
 
     def _search_pooled(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
-                       details: bool) -> SearchDetails:
+                       details: bool) -> tuple[SearchRequest, SearchReply, float] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
         if not self._identity_or_empty():
-            return SearchDetails(hits=[], mode="empty")
+            return None
         t0 = time.perf_counter()
-        req = self._request(q, srcs, mr, ms, want_vector=want_vector, active_project_keys=active_project_keys,
-                            details=details)
-        if want_vector:
-            qvec = query_vector if query_vector is not None else self._embed_query(q)
-            req["qvec"] = encode_vector(np.asarray(qvec, dtype=np.float32))
-        req["probe_content"] = True
-        out, revision = self.retriever.run_search(req)
-        if out.get("empty_index"):
+        qvec = self._query_vector(q, query_vector) if want_vector else None
+        req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
+                            active_project_keys=active_project_keys, details=details, probe_content=True)
+        reply = self.retriever.run_search(req)
+        if reply.empty_index:
             if self.on_empty_index is None:
-                return SearchDetails(hits=[], mode="empty")
+                return None
             with self._lock:
                 self.on_empty_index()
-            out, revision = self.retriever.run_search(req)
-            if out.get("empty_index"):
-                return SearchDetails(hits=[], mode="empty")
-        return self._details(req, out, revision, t0)
+            reply = self.retriever.run_search(req)
+            if reply.empty_index:
+                return None
+        return req, reply, t0
+
+    def _query_vector(self, q: str, query_vector: Sequence[float] | None) -> np.ndarray:
+        return np.asarray(query_vector if query_vector is not None else self._embed_query(q), dtype=np.float32)
 
     def _embed_query(self, text: str) -> np.ndarray:
         try:

@@ -1,4 +1,5 @@
-"""Search result types: the public frozen :class:`SearchHit` (and, re-exported, the internal :class:`Candidate`)."""
+"""Search result types: the public frozen :class:`SearchHit`, built from a search's reply by
+:func:`hits_from_reply`, and :class:`SearchResults` (and, re-exported, the internal :class:`Candidate`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 # the internal Candidate and citation_for live with the pure ranking code (host_facades.ranking) so workers
 # can rank; re-exported here
 from host_facades.ranking import Candidate, citation_for  # noqa: F401
+from host_facades.search_edge import HIT_FIELDS, SearchReply, frozen_new
 from memory_core.search.render import wire
 
 
@@ -38,26 +40,23 @@ class SearchHit:
         return wire(self)
 
 
-# the field names in order: the keys hit_from_row sets
+# the field names in order: the keys hits_from_reply sets
 _FIELD_NAMES = tuple(f.name for f in fields(SearchHit))
 
 
-def hit_from_row(row: Sequence[Any]) -> SearchHit:
-    """A :class:`SearchHit` from ``host_facades.ranking.Candidate.hit_row`` (citation derived here).
-
-    Built without the frozen dataclass ``__init__`` (15 ``object.__setattr__`` calls, ~2 us a hit,
-    a tenth of the owner's work per pooled search): the instance dict is set in one step (0.7 us).
-    The keys are :data:`_FIELD_NAMES` (a test compares both)."""
-    (cid, path, start, end, score, snippet, source, vscore, tscore, importance, triggers, project_key,
-     provenance, mtime, chunk_hash) = row
-    hit = _new_hit(SearchHit)
-    _set_attr(hit, "__dict__", {
-        "id": cid, "path": path, "start_line": start, "end_line": end, "score": score, "snippet": snippet,
-        "source": source, "vector_score": vscore, "text_score": tscore, "citation": citation_for(path, start, end),
-        "importance": importance, "triggers": triggers, "project_key": project_key, "provenance": provenance,
-        "source_mtime": mtime, "hash": chunk_hash})
-    return hit
+def hits_from_reply(reply: SearchReply) -> list[SearchHit]:
+    """The :class:`SearchHit` objects of a search's reply: the one place hits are built. A reply
+    row holds the fields in :data:`host_facades.search_edge.HIT_FIELDS` order, which is the
+    dataclass's (a test compares both)."""
+    return [frozen_new(SearchHit, dict(zip(HIT_FIELDS, row))) for row in reply.hits]
 
 
-_new_hit = object.__new__
-_set_attr = object.__setattr__
+class SearchResults(list):  # type: ignore[type-arg]
+    """What :meth:`MemoryCore.search` returns: the hits (a list of :class:`SearchHit`) and this
+    search's own staleness report, ``staleness``: upstream's ``{stale, warning, action}`` while the
+    index may miss changes, else None."""
+
+    def __init__(self, hits: Sequence[SearchHit] = (), staleness: dict[str, Any] | None = None) -> None:
+        super().__init__(hits)
+        self.staleness = staleness
+

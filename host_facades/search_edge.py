@@ -1,0 +1,125 @@
+"""The typed edge of one search: a :class:`SearchRequest` goes in, a :class:`SearchReply` comes out.
+
+Both are frozen dataclasses of plain values, tuples and numpy arrays, so they pickle into and
+out of a worker (``workers.tasks`` op ``run_search``) and are passed as they are in-process: the
+owner (``memory_core.search.engine``) builds the request, :func:`host_facades.search_run.run_search`
+answers it, and the owner turns the reply's hit rows into ``SearchHit`` objects in one function
+(``memory_core.search.types.hits_from_reply``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, TypeVar
+
+import numpy as np
+
+from host_facades.ranking import Candidate, RankingOptions, citation_for
+
+# The fields of ``memory_core.search.types.SearchHit``, in its order: a hit row is one value per name.
+HIT_FIELDS = ("id", "path", "start_line", "end_line", "score", "snippet", "source", "vector_score", "text_score",
+              "citation", "importance", "triggers", "project_key", "provenance", "source_mtime", "hash")
+DEFAULT_RANKING = RankingOptions()
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search: ``query`` is trimmed and non-empty; ``qvec`` (float32, one row) asks for the
+    vector retriever; ``want_keyword`` for the keyword one. ``ranking`` holds the configured
+    knobs, ``now_ms`` and ``active_project_keys`` are this search's own (decay clock, project
+    filter). ``probe_content``: answer ``empty_index`` when the index has no chunks (the pooled
+    path, whose content probe runs in the worker's snapshot); ``details``: also return what
+    ``--explain`` shows."""
+
+    query: str
+    candidates: int
+    max_results: int
+    min_score: float
+    sources: tuple[str, ...] = ("memory",)
+    model: str | None = None
+    backend: str = "auto"
+    or_fallback: bool = True
+    want_keyword: bool = True
+    qvec: np.ndarray | None = None
+    ranking: RankingOptions = DEFAULT_RANKING
+    now_ms: float | None = None
+    active_project_keys: tuple[str, ...] | None = None
+    probe_content: bool = False
+    details: bool = False
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # one global and plain values on the pipe: a dataclass's default pickle (class, copyreg
+        # and numpy globals, a state dict per object) cost the owner more than the rest of its work
+        values = list(_request_values(self))
+        values[_QVEC] = None if self.qvec is None else np.ascontiguousarray(self.qvec, dtype="<f4").tobytes()
+        values[_RANKING] = _ranking_values(self.ranking)
+        return _request_from_wire, tuple(values)
+
+
+@dataclass(frozen=True)
+class SearchReply:
+    """The answer to a :class:`SearchRequest` on one index generation (``revision``).
+
+    ``mode``: ``"hybrid"``, ``"keyword"``, ``"vector"`` or ``"empty"``; ``hits``: the selected hits
+    as rows of :data:`HIT_FIELDS` (snippets, no chunk text); ``empty_index``: the index has no
+    chunks (only with ``probe_content``). With ``details``: ``keyword`` (the FTS step: query,
+    probes, candidate dicts), ``vector`` (candidate dicts), ``ranked`` (each candidate's score
+    parts, in ranked order) and ``timings_ms``."""
+
+    mode: str
+    hits: tuple[tuple[Any, ...], ...] = ()
+    tokenizer: str = "unicode61"
+    revision: int | None = None
+    empty_index: bool = False
+    keyword: dict[str, Any] | None = None
+    vector: tuple[dict[str, Any], ...] | None = None
+    ranked: tuple[dict[str, Any], ...] = ()
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _reply_from_wire, _reply_values(self)
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(SearchRequest))
+_REPLY_FIELDS = tuple(f.name for f in fields(SearchReply))
+_RANKING_FIELDS = tuple(f.name for f in fields(RankingOptions))
+_QVEC, _RANKING = _REQUEST_FIELDS.index("qvec"), _REQUEST_FIELDS.index("ranking")
+_request_values = attrgetter(*_REQUEST_FIELDS)
+_reply_values = attrgetter(*_REPLY_FIELDS)
+_ranking_values = attrgetter(*_RANKING_FIELDS)
+
+
+def _request_from_wire(*values: Any) -> SearchRequest:
+    named = dict(zip(_REQUEST_FIELDS, values))
+    qvec = named["qvec"]
+    named["qvec"] = None if qvec is None else np.frombuffer(qvec, dtype="<f4").astype(np.float32)
+    named["ranking"] = frozen_new(RankingOptions, dict(zip(_RANKING_FIELDS, named["ranking"])))
+    return frozen_new(SearchRequest, named)
+
+
+def _reply_from_wire(*values: Any) -> SearchReply:
+    return frozen_new(SearchReply, dict(zip(_REPLY_FIELDS, values)))
+
+
+def frozen_new(cls: type[T], values: dict[str, Any]) -> T:
+    """``cls(**values)`` for a frozen dataclass without its ``__init__`` (one ``object.__setattr__``
+    per field, the most expensive step of building a request or a hit on the owner): ``values``
+    becomes the instance dict and must name every field, in field order."""
+    obj = _new(cls)
+    _set_attr(obj, "__dict__", values)
+    return obj
+
+
+_new = object.__new__
+_set_attr = object.__setattr__
+
+
+def hit_row(c: Candidate, *, vector_mode: bool) -> tuple[Any, ...]:
+    """A selected candidate as a row of :data:`HIT_FIELDS` (``vector_score`` None outside the
+    vector and hybrid modes)."""
+    return (c.id, c.path, c.start_line, c.end_line, float(c.score), c.snippet, c.source,
+            float(c.vector_score) if vector_mode else None, float(c.text_score),
+            citation_for(c.path, c.start_line, c.end_line), c.importance, c.triggers, c.project_key, c.provenance,
+            c.source_mtime, c.hash)
