@@ -779,6 +779,25 @@ def test_search_pages_come_from_the_search_hits_alone(indexed: MemoryCoreConfig,
     assert [h["reference"]["revision"] for h in everything] == [hashes[h["reference"]["id"]] for h in everything]
 
 
+def test_v2_ranks_the_candidates_of_one_page_and_keeps_the_window_for_its_cursors(indexed: MemoryCoreConfig) -> None:
+    """A v2 search sizes its candidates as v1 does for one page (``maxResults`` x multiplier) and
+    keeps up to the window of them for the cursor pages: its first page is v1's answer."""
+    runtime = MemoryCoreProviderRuntime(indexed)
+    engine = runtime.engine("main")
+    real, asked = engine.search_with_details, []
+    engine.search_with_details = lambda *a, **k: asked.append(  # type: ignore[method-assign]
+        (k["max_results"], k["candidates_for"])) or real(*a, **k)
+
+    async def go() -> list[str]:
+        lease = await open_lease(runtime)
+        page = await lease.search({"query": "tomatoes", "minScore": 0, "maxResults": 2})
+        return [h.citations[0].label for h in page.hits]
+
+    first_page = run(go())
+    v1 = runtime.core("main").search("tomatoes", max_results=2, min_score=0)
+    assert asked == [(24, 2)] and first_page == [h.citation for h in v1] == ["MEMORY.md#L7-L8", "memory/notes.md#L1-L4"]
+
+
 def test_checklist_12_project_filter(indexed: MemoryCoreConfig) -> None:
     async def go() -> tuple[list[str], list[str], list[str]]:
         lease = await open_lease(MemoryCoreProviderRuntime(indexed))

@@ -294,23 +294,27 @@ class SearchEngine:
         active_project_keys: Sequence[str] | None = None,
         query_vector: Sequence[float] | None = None,
         details: bool = True,
+        candidates_for: int | None = None,
     ) -> SearchDetails:
         """Hits plus the retriever candidates and score parts (``explain``); with ``details=False``
-        only the hits, the mode and the revision they were read at."""
+        only the hits, the mode and the revision they were read at. ``candidates_for`` sizes the
+        candidate pool for that many results instead of ``max_results`` (the provider's v2 search
+        ranks the candidates of one page and keeps up to ``max_results`` of them for its cursors)."""
         with index_errors(self.db_path):
             done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector, details=details,
+                candidates_for=candidates_for,
             )
         return SearchDetails(hits=[], mode="empty") if done is None else self._details(*done)
 
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
-                 probe_content: bool) -> SearchRequest:
+                 probe_content: bool, candidates_for: int | None) -> SearchRequest:
         """The :class:`~host_facades.search_edge.SearchRequest` of one search."""
         st = self._settings()
         return frozen_new(SearchRequest, {
-            "query": q, "candidates": candidate_count(mr, st.candidate_multiplier), "max_results": mr,
+            "query": q, "candidates": candidate_count(candidates_for or mr, st.candidate_multiplier), "max_results": mr,
             "min_score": ms, "sources": srcs, "model": getattr(self.provider, "model", None), "backend": st.backend,
             "or_fallback": self.or_fallback, "want_keyword": st.hybrid_enabled or not want_vector, "qvec": qvec,
             "ranking": st.ranking, "now_ms": float(self._now_ms()),
@@ -342,6 +346,7 @@ class SearchEngine:
         active_project_keys: Sequence[str] | None,
         query_vector: Sequence[float] | None,
         details: bool,
+        candidates_for: int | None = None,
     ) -> tuple[SearchRequest, SearchReply, float] | None:
         """``(request, reply, start time)`` of one search; None when it has nothing to search
         (a blank query, an empty index)."""
@@ -353,6 +358,8 @@ class SearchEngine:
         except UnicodeEncodeError:  # lone surrogates (e.g. undecodable bytes from argv): SQLite takes UTF-8
             q = q.encode("utf-8", "replace").decode("utf-8")
         mr, ms = self._validate_numbers(max_results, min_score)
+        if candidates_for is not None:
+            candidates_for = min(mr, max(1, int(candidates_for)))
         srcs = self._sources(sources)
         if not q:
             return None
@@ -365,7 +372,8 @@ class SearchEngine:
         want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
         if self.retriever is not None:
             return self._search_pooled(q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
-                                       active_project_keys=active_project_keys, details=details)
+                                       active_project_keys=active_project_keys, details=details,
+                                       candidates_for=candidates_for)
         with self._lock:
             has_content = self._has_content()
             if not has_content and self.on_empty_index is not None:
@@ -380,7 +388,8 @@ class SearchEngine:
             # embed before opening the read transaction: a slow provider must not pin a generation
             qvec = self._query_vector(q, query_vector) if want_vector else None
             req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
-                                active_project_keys=active_project_keys, details=details, probe_content=False)
+                                active_project_keys=active_project_keys, details=details, probe_content=False,
+                                candidates_for=candidates_for)
             db_id = self._db_id()
             with read_snapshot(conn) as revision:
                 reply = run_search(conn, req, revision=revision,
@@ -407,7 +416,7 @@ class SearchEngine:
 
     def _search_pooled(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
-                       details: bool) -> tuple[SearchRequest, SearchReply, float] | None:
+                       details: bool, candidates_for: int | None = None) -> tuple[SearchRequest, SearchReply, float] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
         if not self._identity_or_empty():
@@ -415,7 +424,8 @@ class SearchEngine:
         t0 = time.perf_counter()
         qvec = self._query_vector(q, query_vector) if want_vector else None
         req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
-                            active_project_keys=active_project_keys, details=details, probe_content=True)
+                            active_project_keys=active_project_keys, details=details, probe_content=True,
+                            candidates_for=candidates_for)
         reply = self.retriever.run_search(req)
         if reply.empty_index:
             if self.on_empty_index is None:
