@@ -110,7 +110,7 @@ def run_search(conn: apsw.Connection, req: dict[str, Any], *, vector_state: Vect
     t3 = time.perf_counter()
     selected, ordered, vector_mode = ranking.rank_and_select(
         mode=mode, keyword_hits=kw_hits, vector_hits=vector, metadata=meta, opts=ranking_options(req["ranking"]),
-        max_results=int(req["max_results"]), min_score=float(req["min_score"]))
+        max_results=int(req["max_results"]), min_score=float(req["min_score"]), vector_limit=int(req["candidates"]))
     out: dict[str, Any] = {"mode": mode, "tokenizer": tokenizer,
                            "hits": [c.hit_row(vector_mode=vector_mode) for c in selected]}
     if details:
