@@ -227,7 +227,9 @@ def embed_all(texts: Sequence[str], provider: Any, label: str, *, cache: str | N
     (``--cache-dir``) the vectors are kept there by text hash and reused by later runs."""
     path = None
     if cache:
-        digest = hashlib.sha256(("\x00".join(texts) + provider.model).encode()).hexdigest()[:16]
+        # the provider key, not just the model: a change in how texts become vectors is a new entry
+        ident = f"{provider.model}\x00{getattr(provider, 'provider_key', '')}"
+        digest = hashlib.sha256(("\x00".join(texts) + ident).encode()).hexdigest()[:16]
         path = os.path.join(cache, f"{label}-{digest}.npy")
         if os.path.exists(path):
             return np.load(path)

@@ -75,6 +75,7 @@ class Candidate:
     keyword_rank: int | None = None
     keyword_order: int | None = None  # 1-based keyword-only order (ties share), None without keyword evidence
     text_half: float = 0.0        # the fused text half: keyword order as a score in (0, 1]
+    vector_half: float = 0.0      # the fused vector half: the vector score, or the vector list's floor
     vector_norm: float = 0.0      # per-query normalised halves (fusion minmax / zscore)
     text_norm: float = 0.0
     pre_mmr_position: int = 0     # 1-based position before MMR, and after (explain)
@@ -112,7 +113,8 @@ class Candidate:
             "stages": {
                 "keyword": {"order": self.keyword_order, "bm25": self.text_score, "boosted": self.ranking_score,
                             "path": self.path_score, "half": self.text_half, "normalised": self.text_norm},
-                "vector": {"rank": self.vector_rank, "score": self.vector_score, "normalised": self.vector_norm},
+                "vector": {"rank": self.vector_rank, "score": self.vector_score, "half": self.vector_half,
+                           "normalised": self.vector_norm},
                 "fusion": {"content": self.content_score},
                 "adjust": {"decay": self.decay, "importance": self.importance_mult, "project": self.project_mult,
                            "rank_score": self.rank_score, "score": self.score},
@@ -430,11 +432,28 @@ def assign_keyword_order(candidates: Sequence[Candidate]) -> None:
             c.keyword_order, c.text_half = None, 0.0
 
 
+def assign_vector_half(candidates: Sequence[Candidate], *, vector_full: bool = False) -> None:
+    """Set ``vector_half``: the vector score of a candidate the vector search returned. When that
+    search returned all it was asked for (``vector_full``), a candidate it did not return gets the
+    lowest score it returned (its own is at most that, not 0), never below 0; otherwise 0 (the
+    search returned every chunk with a vector, so the candidate has none).
+
+    Counting an unreturned candidate as 0 makes the vector half a bonus for being in both lists: a
+    flat, weak vector half then outvotes the keyword order with membership alone."""
+    scores = [c.vector_score for c in candidates if c.in_vector]
+    floor = max(0.0, min(scores)) if scores and vector_full else 0.0
+    for c in candidates:
+        c.vector_half = c.vector_score if c.in_vector else floor
+
+
 def weighted_content(c: Candidate, vw: float, tw: float, *, upstream: bool = False) -> float:
-    """``vw x vector + tw x text half``; ``upstream`` uses upstream's text half (the boosted score)."""
+    """``vw x vector half + tw x text half``; ``upstream`` is upstream's exact merge: the raw vector
+    score (0 when not returned) and the boosted score as the text half."""
     if c.in_vector and not c.in_keyword and is_non_text_media_path(c.path):
         return c.vector_score
-    return vw * c.vector_score + tw * (keyword_content_score(c) if upstream else c.text_half)
+    if upstream:
+        return vw * c.vector_score + tw * keyword_content_score(c)
+    return vw * c.vector_half + tw * c.text_half
 
 
 def _normal_cdf(z: float) -> float:
@@ -499,11 +518,14 @@ def _tiebreak(c: Candidate) -> tuple:
             c.path, c.start_line, c.end_line)
 
 
-def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int = 2) -> list[Candidate]:
-    """Score, adjust and order merged candidates (§6.2 variant 3 with the chosen fusion)."""
+def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int = 2,
+                vector_full: bool = False) -> list[Candidate]:
+    """Score, adjust and order merged candidates (§6.2 variant 3 with the chosen fusion);
+    ``vector_full``: the vector search returned as many hits as it was asked for."""
     now_ms = opts.now_ms
     active = prepare_active_project_keys(opts.active_project_keys)
     assign_keyword_order(candidates)
+    assign_vector_half(candidates, vector_full=vector_full)
     if opts.fusion in ("minmax", "zscore"):
         normalise_halves(candidates, opts.fusion)
     for c in candidates:
@@ -650,8 +672,10 @@ def rank_and_select(
     opts: RankingOptions,
     max_results: int,
     min_score: float,
+    vector_limit: int | None = None,
 ) -> tuple[list[Candidate], list[Candidate], bool]:
-    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6).
+    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6); ``vector_limit`` is how many
+    hits the vector search was asked for (None: unknown).
 
     Returns ``(selected, ordered, vector_mode)``; ``vector_mode`` says whether hits carry a vector score.
     """
@@ -668,7 +692,8 @@ def rank_and_select(
         selected = [c for c in ordered if c.score >= min_score][:max_results]
         return selected, ordered, True
     cands = attach_metadata(union_candidates(vec, kw), metadata)
-    ordered = rank_hybrid(cands, opts, lists=2)
+    full = vector_limit is not None and len(vec) >= vector_limit
+    ordered = rank_hybrid(cands, opts, lists=2, vector_full=full)
     keyword_keys = {c.key for c in ordered if c.in_keyword}
     selected = select_hybrid(ordered, max_results=max_results, min_score=min_score, keyword_keys=keyword_keys)
     return selected, ordered, True

