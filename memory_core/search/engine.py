@@ -310,7 +310,7 @@ class SearchEngine:
 
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
-                 probe_content: bool, candidates_for: int | None) -> SearchRequest:
+                 probe_content: bool, candidates_for: int | None = None) -> SearchRequest:
         """The :class:`~host_facades.search_edge.SearchRequest` of one search."""
         st = self._settings()
         return frozen_new(SearchRequest, {
