@@ -6,11 +6,12 @@
 Builds a keyword-only workspace of ``--files`` generated notes, indexes it, starts ``memory-core
 serve`` as a separate process on a free loopback port, then measures, in one run:
 
-- in-process ``MemoryCore.search`` p50/p95 (the baseline, same queries), the same search ranking v2's
-  result window (four pages: what a v2 search ranks to pin its cursor pages), gateway
+- in-process ``MemoryCore.search`` p50/p95 (the baseline, same queries), the engine call a v2 search
+  makes (one page's candidates, up to its four-page window kept for the cursor pages), gateway
   ``memory.search`` v1 and v2 p50/p95 over one warm connection, and a protocol round trip (a request
   refused by validation: frames, JSON and dispatch only), interleaved sample by sample so that all
-  rows see the same machine load; the overhead is p50(gateway v1) - p50(in-process) (target <= 2 ms);
+  rows see the same machine load; the overhead is p50(gateway v1) - p50(in-process) (target <= 2 ms),
+  and v2 / v1 is p50(gateway v2) / p50(gateway v1) (target <= 1.5);
 - searches/s with ``--clients`` concurrent connections (each sends its next request when the
   previous answer arrives) for ``--seconds``.
 
@@ -80,7 +81,7 @@ def start_server(config_path: Path, env: dict[str, str]) -> tuple[subprocess.Pop
 
 async def interleaved_latency(url: str, core: Any, queries: list[str], samples: int,
                               raw: dict[str, list[float]] | None = None) -> dict[str, Any]:
-    """Per sample, one in-process search (and one ranking v2's window), one gateway v1, one gateway v2
+    """Per sample, one in-process search (and v2's engine call), one gateway v1, one gateway v2
     and one protocol round trip (a request refused by validation): interleaving gives all rows the same
     machine load. ``raw`` (optional) receives each row's latencies in ms."""
     from memory_core.gateway.client import GatewayCallError, GatewayClient
@@ -103,7 +104,7 @@ async def interleaved_latency(url: str, core: Any, queries: list[str], samples: 
             core.search(q, max_results=MAX_RESULTS)
             rows["in_process"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            core.search(q, max_results=window)
+            core.search_with_details(q, max_results=window, candidates_for=MAX_RESULTS, details=False)
             rows["in_process_v2_window"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             await client.call("memory.search", _params(q, None))
@@ -202,6 +203,10 @@ def run_bench(*, files: int = 200, samples: int = 300, seconds: float = 5.0, cli
     results["overhead_p50_ms"] = round(overhead, 3)
     results["overhead_target_ms"] = 2.0
     results["overhead_ok"] = overhead <= 2.0
+    ratio = results["gateway_v2"]["p50_ms"] / results["gateway_v1"]["p50_ms"]
+    results["v2_over_v1_p50"] = round(ratio, 3)
+    results["v2_over_v1_target"] = 1.5
+    results["v2_over_v1_ok"] = ratio <= 1.5
     return results
 
 
@@ -209,13 +214,15 @@ def table(r: dict[str, Any]) -> str:
     lines = [(f"gateway benchmark: {r['files']} files, {r['chunks']} chunks, {r['cpu_count']} CPUs "
               f"(indexed in {r['index_s']} s)"),
              f"{'path':<22}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}"]
-    for key, label in (("in_process", "in-process search"), ("in_process_v2_window", "in-process, v2 window"),
+    for key, label in (("in_process", "in-process search"), ("in_process_v2_window", "v2 engine call"),
                        ("gateway_v1", "gateway v1"), ("gateway_v2", "gateway v2"),
                        ("round_trip", "protocol round trip")):
         row = r[key]
         lines.append(f"{label:<22}{row['p50_ms']:>10.3f}{row['p95_ms']:>10.3f}{row['n']:>7}")
     verdict = "ok" if r["overhead_ok"] else "over target"
     lines.append(f"overhead p50 (gateway v1 - in-process): {r['overhead_p50_ms']:.3f} ms (target <= 2 ms: {verdict})")
+    verdict = "ok" if r["v2_over_v1_ok"] else "over target"
+    lines.append(f"gateway v2 / v1 p50: {r['v2_over_v1_p50']:.2f}x (target <= 1.5x: {verdict})")
     c = r["concurrent"]
     lines.append(f"{c['clients']} concurrent connections: {c['searches_per_s']} searches/s "
                  f"({c['searches']} in {c['seconds']} s)")
