@@ -65,7 +65,7 @@ def _num(value: Any, fmt: str = ".3f") -> str:
 def explain_cells(r: dict[str, Any]) -> list[str]:
     """The :data:`EXPLAIN_COLUMNS` cells of one ranked candidate's score parts."""
     st = r.get("stages") or {}
-    kw, vec, mmr = st.get("keyword", {}), st.get("vector", {}), st.get("mmr", {})
+    kw, mmr = st.get("keyword", {}), st.get("mmr", {})
     moved = f"{mmr.get('before', 0)}->{mmr.get('after', 0)}" if mmr.get("before") else "-"
     cells = [_num(kw.get("order"), "d"), _num(r["text_score"]), _num(r["ranking_score"]), _num(kw.get("half")),
              _num(r.get("vector_rank"), "d"), _num(r["vector_score"]), _num(r["content_score"]), _num(r["decay"]),

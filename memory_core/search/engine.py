@@ -32,7 +32,7 @@ from host_facades.sqlite_read import read_snapshot
 from host_facades.vector_cache import process_state
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
-from memory_core.search.types import Candidate, SearchHit, hits_from_reply
+from memory_core.search.types import SearchHit, hits_from_reply
 from memory_core.store.access import index_errors
 from memory_core.store.reader import CachedReader
 from memory_core.validation import search_numbers
@@ -92,7 +92,7 @@ def rank_results(
     opts: ranking.RankingOptions,
     max_results: int,
     min_score: float,
-) -> tuple[list[SearchHit], list[Candidate]]:
+) -> tuple[list[SearchHit], list[ranking.Candidate]]:
     """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6): ``(hits, ordered candidates)``."""
     selected, ordered, vector_mode = ranking.rank_and_select(
         mode=mode, keyword_hits=keyword_hits, vector_hits=vector_hits, metadata=metadata, opts=opts,

@@ -1,5 +1,5 @@
 """Search result types: the public frozen :class:`SearchHit`, built from a search's reply by
-:func:`hits_from_reply`, and :class:`SearchResults` (and, re-exported, the internal :class:`Candidate`)."""
+:func:`hits_from_reply`, and :class:`SearchResults`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-# the internal Candidate and citation_for live with the pure ranking code (host_facades.ranking) so workers
-# can rank; re-exported here
-from host_facades.ranking import Candidate, citation_for  # noqa: F401
 from host_facades.search_edge import HIT_FIELDS, SearchReply, frozen_new
 from memory_core.search.render import wire
 

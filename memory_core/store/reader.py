@@ -17,7 +17,6 @@ from typing import Any
 import apsw
 
 from host_facades.sqlite_read import DatabaseUnreadable, open_readonly
-from memory_core.errors import IndexBusy
 from memory_core.store.access import index_errors
 
 OPEN_ATTEMPTS = 5
