@@ -27,10 +27,11 @@ def common_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_cli_config(args: argparse.Namespace) -> Any:
+def load_cli_config(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Any:
+    """The configuration of ``--config`` (with ``overrides``) for ``--agent``; its notices go to stderr."""
     from memory_core.config import load_config
 
-    cfg = load_config(getattr(args, "config", None))
+    cfg = load_config(getattr(args, "config", None), overrides=overrides or None)
     agent = getattr(args, "agent", None)
     if agent and agent != cfg.agent_id:
         cfg = cfg.for_agent(agent)

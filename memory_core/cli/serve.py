@@ -16,7 +16,7 @@ from memory_core.errors import ConfigError, MemoryCoreError
 
 def load_service_config(args: argparse.Namespace) -> Any:
     """The config for ``--config``/``--workspace``/``--agent`` (the agent becomes the default agent)."""
-    from memory_core.config import load_config
+    from memory_core.cli.common import load_cli_config
 
     overrides: dict[str, Any] = {}
     workspace = getattr(args, "workspace", None)
@@ -27,13 +27,7 @@ def load_service_config(args: argparse.Namespace) -> Any:
         if not os.path.isdir(ws):
             raise ConfigError(f"workspace {ws} does not exist or is not a folder; pass --workspace PATH")
         overrides["workspace"] = ws
-    cfg = load_config(getattr(args, "config", None), overrides=overrides or None)
-    agent = getattr(args, "agent", None)
-    if agent and agent != cfg.agent_id:
-        cfg = cfg.for_agent(agent)
-    for notice in cfg.notices:
-        print(f"warning: {notice}", file=sys.stderr)
-    return cfg
+    return load_cli_config(args, overrides)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
