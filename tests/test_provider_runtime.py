@@ -750,10 +750,10 @@ def test_search_pages_come_from_the_search_hits_alone(indexed: MemoryCoreConfig,
     cursor pages render the pinned hits."""
     runtime = MemoryCoreProviderRuntime(indexed)
 
-    def no_reread(conn: Any, ids: list[str]) -> dict:
+    def no_reread(conn: Any, ids: list[str], **_: Any) -> dict:
         raise AssertionError(f"search re-read chunk rows {ids}")
 
-    monkeypatch.setattr(rt, "read_chunk_rows", no_reread)
+    monkeypatch.setattr(rt, "read_chunks", no_reread)
     engine = runtime.engine("main")
     real, asked = engine.search_with_details, []
     engine.search_with_details = lambda *a, **k: asked.append(k["details"]) or real(*a, **k)  # type: ignore

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from host_facades.chunk_rows import memory_candidates, read_chunks
 from host_facades.ranking import citation_for, project_keys_of
 from memory_core.errors import (
     Aborted,
@@ -197,20 +198,6 @@ def slice_lines(text: str, from_: int | None, lines: int | None) -> dict[str, An
 
 
 # --- store reads (run in a thread) ----------------------------------------------------------
-
-
-def read_chunk_rows(conn: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
-    """``{id: row}`` of the chunks that exist (``host_facades.chunk_rows``, the one chunk reader)."""
-    from host_facades.chunk_rows import read_chunks
-
-    return read_chunks(conn, ids)
-
-
-def read_candidate_rows(conn: Any, kind: str) -> list[dict[str, Any]]:
-    """Memory chunks with triggers (``"trigger"``) or a project key (``"project"``), by importance."""
-    from host_facades.chunk_rows import memory_candidates
-
-    return memory_candidates(conn, kind)
 
 
 def read_store_facts(conn: Any) -> dict[str, Any]:
@@ -552,7 +539,7 @@ class MemoryCoreProvider:
         if ref.provider_id != PROVIDER_ID or not _CHUNK_ID.match(ref.id):
             return MemoryGetNotFound()
         try:
-            rows = await self._read(read_chunk_rows, [ref.id])
+            rows = await self._read(read_chunks, [ref.id])
         except FileNotFoundError:
             return MemoryGetNotFound()
         row = rows.get(ref.id)
@@ -619,7 +606,7 @@ class MemoryCoreProvider:
             return MemorySearchPage(hits=[], coverage="complete")
         limit = DEFAULT_CANDIDATES if req.limit is None else max(1, min(MAX_CANDIDATES, int(req.limit)))
         try:
-            rows = await self._read(read_candidate_rows, req.kind)
+            rows = await self._read(memory_candidates, req.kind)
         except FileNotFoundError:
             return MemorySearchPage(hits=[], coverage="complete")
         hits = []
