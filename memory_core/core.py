@@ -582,13 +582,15 @@ class MemoryCore:
         ident = self.identity_state()
         return ident["mismatch"] if ident["state"] == "mismatch" else None
 
-    def search_with_details(self, query: str, **kwargs: Any) -> tuple[Any, dict[str, Any] | None]:
-        """``(SearchDetails, staleness)``: :meth:`before_search` then the engine's detailed search
-        (the provider runtime's v2 search and ``search --explain``)."""
+    def search_with_details(self, query: str, **kwargs: Any) -> Any:
+        """:meth:`before_search` then the engine's detailed search (the provider runtime's v2
+        search): its :class:`~memory_core.search.engine.SearchDetails`, with the search's ``staleness``."""
         self._check_open()
         with index_errors(self.db_path):
             stale = self.before_search() if isinstance(query, str) and query.strip() else None
-            return self.search_engine.search_with_details(query, **kwargs), stale
+            details = self.search_engine.search_with_details(query, **kwargs)
+            details.staleness = stale
+            return details
 
     def check_readable(self) -> None:
         """Raise the typed error when the index cannot be searched at all: the file is no readable

@@ -465,10 +465,11 @@ class MemoryCoreProvider:
         # engine and its pool, as for v1, MCP and the CLI
         # details=False: the hits and their revision only, no retriever candidates or score parts;
         # the candidates are those of one page (as v1 ranks them), kept up to the window for the cursors
-        details, stale = await self._io(core.search_with_details, query, max_results=window, min_score=min_score,
-                                        sources=sources, lexical_only=lexical_only,
-                                        active_project_keys=req.active_project_keys or None,
-                                        query_vector=query_vector, details=False, candidates_for=max_results)
+        details = await self._io(core.search_with_details, query, max_results=window, min_score=min_score,
+                                 sources=sources, lexical_only=lexical_only,
+                                 active_project_keys=req.active_project_keys or None,
+                                 query_vector=query_vector, details=False, candidates_for=max_results)
+        stale = details.staleness
         if stale and stale.get("warning"):
             notes.append(f"memory-core: {stale['warning']}")
         raw = details.hits
