@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from host_facades.ranking import Candidate, RankingOptions, citation_for
+from host_facades.vectors import decode_vector, encode_vector
 
 # The fields of ``memory_core.search.types.SearchHit``, in its order: a hit row is one value per name.
 HIT_FIELDS = ("id", "path", "start_line", "end_line", "score", "snippet", "source", "vector_score", "text_score",
@@ -53,7 +54,7 @@ class SearchRequest:
         # one global and plain values on the pipe: a dataclass's default pickle (class, copyreg
         # and numpy globals, a state dict per object) cost the owner more than the rest of its work
         values = list(_request_values(self))
-        values[_QVEC] = None if self.qvec is None else np.ascontiguousarray(self.qvec, dtype="<f4").tobytes()
+        values[_QVEC] = None if self.qvec is None else encode_vector(self.qvec)
         values[_RANKING] = _ranking_values(self.ranking)
         return _request_from_wire, tuple(values)
 
@@ -94,7 +95,7 @@ _ranking_values = attrgetter(*_RANKING_FIELDS)
 def _request_from_wire(*values: Any) -> SearchRequest:
     named = dict(zip(_REQUEST_FIELDS, values))
     qvec = named["qvec"]
-    named["qvec"] = None if qvec is None else np.frombuffer(qvec, dtype="<f4").astype(np.float32)
+    named["qvec"] = None if qvec is None else decode_vector(qvec)
     named["ranking"] = frozen_new(RankingOptions, dict(zip(_RANKING_FIELDS, named["ranking"])))
     return frozen_new(SearchRequest, named)
 
