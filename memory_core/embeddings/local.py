@@ -226,7 +226,8 @@ class LocalMiniLMProvider:
         return pool
 
 
-def create_local(config: MemoryCoreConfig) -> LocalMiniLMProvider:
+def create_local(config: MemoryCoreConfig, *, window_overlap: int | None = None) -> LocalMiniLMProvider:
+    """The ``local`` provider of ``config``; ``window_overlap`` reads long texts as overlapping windows."""
     model = config.model or MODEL_ID
     if config.local.model_path is None and model != MODEL_ID:
         raise ProviderUnavailable(
@@ -236,5 +237,6 @@ def create_local(config: MemoryCoreConfig) -> LocalMiniLMProvider:
         model_path=os.path.expanduser(config.local.model_path) if config.local.model_path else None,
         model=model,
         threads=config.local.threads,
+        window_overlap=window_overlap,
     )
 
