@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from host_facades.chunk_rows import memory_candidates, read_chunks
+from host_facades.chunk_rows import memory_candidates, provenance_of, read_chunks
 from host_facades.ranking import citation_for, project_keys_of
 from memory_core.errors import (
     Aborted,
@@ -639,7 +639,7 @@ def _candidate_hit(row: dict[str, Any]) -> SearchHit:
     return SearchHit(id=row["id"], path=row["path"], start_line=row["start_line"], end_line=row["end_line"],
                      score=0.0, snippet=row["text"], source=row["source"], importance=row["importance"],
                      triggers=row["triggers"], project_key=row["project_key"],
-                     provenance={"origin_class": row["origin_class"]}, hash=row["hash"])
+                     provenance=provenance_of(row), hash=row["hash"])
 
 
 def result_window(max_results: int) -> int:
