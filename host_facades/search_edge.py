@@ -1,7 +1,7 @@
 """The typed edge of one search: a :class:`SearchRequest` goes in, a :class:`SearchReply` comes out.
 
 Both are frozen dataclasses of plain values, tuples and numpy arrays, so they pickle into and
-out of a worker (``workers.tasks`` op ``run_search``) and are passed as they are in-process: the
+out of a worker (``workers.tasks`` task ``search``) and are passed as they are in-process: the
 owner (``memory_core.search.engine``) builds the request, :func:`host_facades.search_run.run_search`
 answers it, and the owner turns the reply's hit rows into ``SearchHit`` objects in one function
 (``memory_core.search.types.hits_from_reply``).
@@ -100,8 +100,13 @@ def _request_from_wire(*values: Any) -> SearchRequest:
     return frozen_new(SearchRequest, named)
 
 
-def _reply_from_wire(*values: Any) -> SearchReply:
-    return frozen_new(SearchReply, dict(zip(_REPLY_FIELDS, values)))
+def _reply_from_wire(mode: str, hits: tuple[tuple[Any, ...], ...], tokenizer: str, revision: int | None,
+                     empty_index: bool, keyword: dict[str, Any] | None, vector: tuple[dict[str, Any], ...] | None,
+                     ranked: tuple[dict[str, Any], ...], timings_ms: dict[str, float]) -> SearchReply:
+    # a dict display, not dict(zip(...)): this runs on the owner for every pooled search
+    return frozen_new(SearchReply, {
+        "mode": mode, "hits": hits, "tokenizer": tokenizer, "revision": revision, "empty_index": empty_index,
+        "keyword": keyword, "vector": vector, "ranked": ranked, "timings_ms": timings_ms})
 
 
 def frozen_new(cls: type[T], values: dict[str, Any]) -> T:

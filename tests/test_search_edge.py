@@ -1,5 +1,5 @@
 """The typed edge of a search: SearchRequest / SearchReply pickle as they are, and the worker's
-run_search op takes nothing else."""
+search task takes nothing else."""
 
 from __future__ import annotations
 
@@ -36,15 +36,15 @@ def test_request_and_reply_survive_a_pickle_round_trip():
         reply.mode = "keyword"  # type: ignore[misc]
 
 
-def test_the_run_search_op_takes_only_a_search_request(tmp_path):
+def test_the_search_task_takes_only_a_search_request(tmp_path):
     db = build_index(tmp_path / "e.sqlite", [{"path": "memory/a.md", "text": "rocket release notes"}])
     as_dict = {"query": "rocket", "candidates": 24, "max_results": 6, "min_score": 0.0}
-    message = "the run_search op takes a host_facades.search_edge.SearchRequest as 'req', got dict"
+    message = "the search task takes a host_facades.search_edge.SearchRequest as 'req', got dict"
     pool = WorkerPool("retrieval", 1, idle_timeout_s=None)
     try:
         for retriever in (PooledRetriever(db, InlinePool()), PooledRetriever(db, pool)):
             with pytest.raises(InvalidRequest) as err:
-                retriever.retrieve([{"op": "run_search", "req": as_dict}], metadata=None)
+                retriever.pool.run("search", {"db_path": db, "keep": [], "req": as_dict})
             assert str(err.value) == message
             reply = retriever.run_search(SearchRequest(query="rocket", candidates=24, max_results=6, min_score=0.0))
             assert (type(reply), reply.mode, [r[9] for r in reply.hits]) == (SearchReply, "keyword", ["memory/a.md#L1"])

@@ -1,11 +1,11 @@
 """Owner-side adapter: run a search's retrieval through a pool on one leased generation.
 
 :class:`PooledRetriever` is what the search engine calls instead of opening its own reader:
-``run_search(req)`` runs a whole search (``host_facades.search_run``: a ``SearchRequest`` in, a
-``SearchReply`` out) and ``retrieve(ops, metadata="hits")`` runs retrieval ops plus the metadata
-read, each as ONE ``retrieve`` task (one read transaction = one generation, see memory_core/generations.py),
-holds a lease for the duration, and keeps workers' derived state down to the current generation
-plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same task function runs
+``run_search(req)`` runs a whole search as ONE ``search`` task (``host_facades.search_run``: a
+``SearchRequest`` in, a ``SearchReply`` out) and ``retrieve(ops, metadata="hits")`` runs retrieval
+ops plus the metadata read as ONE ``retrieve`` task. Each task is one read transaction, i.e. one
+generation (memory_core/generations.py); the adapter holds a lease for the duration and keeps
+workers' derived state down to the current generation plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same task function runs
 in-process, so results are identical.
 """
 
@@ -43,23 +43,30 @@ class PooledRetriever:
             payload = {"db_path": self.db_path, "ops": ops, "metadata": metadata, "keep": keep}
             result = self.pool.run("retrieve", payload, timeout_s=timeout_s or self.timeout_s)
             if result.get("db_id") is not None:
-                db_id, revision = result["db_id"], int(result["revision"])
-                self._saw(db_id, revision)
-                # the whole read ran in the task: done with it (the current generation is never
-                # dropped, so only an older one needs the last-release call)
-                lease.settle(db_id, revision, notify=revision != self.current.get(db_id))
+                self._read(lease, result["db_id"], int(result["revision"]))
             return result
         finally:
             lease.release()
 
     def run_search(self, req: SearchRequest, *, timeout_s: float | None = None) -> SearchReply:
-        """A whole search in one worker task on one leased generation (``run_search`` op,
-        ``host_facades.search_run.run_search``); an absent database answers ``empty_index``."""
-        res = self.retrieve([{"op": "run_search", "req": req}], metadata=None, timeout_s=timeout_s)
-        results = res.get("results") or ()
-        if results and isinstance(results[0], SearchReply):
-            return results[0]
-        return SearchReply(mode="empty", revision=res.get("revision"), empty_index=True)
+        """A whole search as one ``search`` task (``host_facades.search_run.run_search`` in the
+        worker) on one leased generation; an absent database answers ``empty_index``."""
+        lease, keep = self.leases.acquire_unbound(self.current_db_id)
+        try:
+            payload = {"db_path": self.db_path, "keep": keep, "req": req}
+            db_id, revision, reply = self.pool.run("search", payload, timeout_s=timeout_s or self.timeout_s)
+            if db_id is None:
+                return SearchReply(mode="empty", revision=revision, empty_index=True)
+            self._read(lease, db_id, revision)
+            return reply
+        finally:
+            lease.release()
+
+    def _read(self, lease: Any, db_id: str, revision: int) -> None:
+        """The task read generation ``revision`` of ``db_id`` and is done with it."""
+        self._saw(db_id, revision)
+        # the current generation is never dropped, so only an older one needs the last-release call
+        lease.settle(db_id, revision, notify=revision != self.current.get(db_id))
 
     def index_state(self) -> dict:
         return self.pool.run("index_state", {"db_path": self.db_path}, timeout_s=self.timeout_s)

@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from host_facades.vector_state import model_key
 from host_facades.vectors import decode_vector
 
 MAX_CACHED_READERS = 8
+T = TypeVar("T")
 
 
 class TaskError(Exception):
@@ -192,35 +193,13 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     return pairs
 
 
-def _op_run_search(conn, op: dict, ctx: WorkerContext, env: dict) -> SearchReply:
-    """A WHOLE search (retrieval + metadata + ranking + selection) on this snapshot:
-    ``host_facades.search_run.run_search``, the same function in-process searches call.
-    op: ``req``, a :class:`~host_facades.search_edge.SearchRequest`; the answer is its
-    :class:`~host_facades.search_edge.SearchReply`."""
-    from host_facades.search_run import run_search
-
-    req = op.get("req")
-    if not isinstance(req, SearchRequest):
-        raise TaskError("InvalidRequest", "invalid_request",
-                        f"the run_search op takes a host_facades.search_edge.SearchRequest as 'req', "
-                        f"got {type(req).__name__}")
-
-    def vector_state(conn, model):
-        return ctx.cache.get_or_build(conn, (env["db_id"], env["revision"], model_key(model)))
-
-    return run_search(conn, req, revision=env["revision"], vector_state=vector_state, db_id=env["db_id"])
-
-
 OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
     "vector": _op_vector,
-    "run_search": _op_run_search,
 }
 
 
 def _hit_ids(result: Any) -> list[str]:
     ids: list[str] = []
-    if isinstance(result, SearchReply):
-        return []  # a "run_search" op reads its own metadata
     if isinstance(result, dict):
         result = result.get("hits") or result.get("rows") or ()
     for hit in result or ():
@@ -238,16 +217,56 @@ def _hit_ids(result: Any) -> list[str]:
 def retrieve(payload: dict, ctx: WorkerContext) -> dict:
     """Run several retrieval ops and the metadata read in ONE read transaction (one generation).
 
-    payload: ``db_path``; ``ops`` (list of ``{"op": "run_search"|"vector"|"fts_raw"|"metadata", ...}``);
+    payload: ``db_path``; ``ops`` (list of ``{"op": "vector", ...}``);
     ``metadata``: ``"hits"`` (read metadata of every hit id), a list of ids, or absent;
     ``keep``: revisions the owner still leases (derived state of other old revisions is dropped).
     Returns ``{"revision", "db_id", "results": [...per op...], "metadata": {id: row}}``.
     """
-    ctx.tasks_run += 1
-    db_path = payload["db_path"]
     ops = payload.get("ops", [])
-    if not os.path.exists(db_path):
+
+    def reads(conn, db_id: str, revision: int) -> dict:
+        results, metadata = _run_ops(conn, ctx, payload, ops, db_id, revision)
+        return {"revision": revision, "db_id": db_id, "results": results, "metadata": metadata}
+
+    done = _on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads)
+    if done is None:
         return {"revision": 0, "db_id": None, "missing": True, "results": [[] for _ in ops], "metadata": {}}
+    return done
+
+
+@task("search")
+def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchReply | None]:
+    """A WHOLE search (retrieval + metadata + ranking + selection) on one snapshot:
+    ``host_facades.search_run.run_search``, the same function in-process searches call.
+
+    payload: ``db_path``, ``keep`` (as for ``retrieve``) and ``req``, a
+    :class:`~host_facades.search_edge.SearchRequest`. Returns ``(db_id, revision, reply)``;
+    ``(None, 0, None)`` when the database file does not exist."""
+    from host_facades.search_run import run_search
+
+    req = payload.get("req")
+    if not isinstance(req, SearchRequest):
+        raise TaskError("InvalidRequest", "invalid_request",
+                        f"the search task takes a host_facades.search_edge.SearchRequest as 'req', "
+                        f"got {type(req).__name__}")
+
+    def reads(conn, db_id: str, revision: int) -> tuple[str, int, SearchReply]:
+        def vector_state(conn, model):
+            return ctx.cache.get_or_build(conn, (db_id, revision, model_key(model)))
+
+        return db_id, revision, run_search(conn, req, revision=revision, vector_state=vector_state, db_id=db_id)
+
+    done = _on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads)
+    return (None, 0, None) if done is None else done
+
+
+def _on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[Any, str, int], T]) -> T | None:
+    """``reads(conn, db_id, revision)`` inside ONE read transaction of ``db_path`` (one
+    generation), after telling the derived-state cache which revisions to keep; None when the file
+    does not exist. An atomic swap of the file while it was opened is retried on the new file."""
+    ctx.tasks_run += 1
+    if not os.path.exists(db_path):
+        return None
     for _attempt in range(3):
         before = db_identity(db_path)
         try:
@@ -256,20 +275,14 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
             _unreadable_as_task_error(db_path, exc)
             raise
         try:
-            swapped = False
             with read_snapshot(conn) as revision:
                 after = db_identity(db_path)
                 # The file was swapped (atomic reindex) while we opened it: end the read
                 # transaction first, then drop the handle (closing it inside would fail the COMMIT).
-                swapped = after != before
-                if swapped:
-                    results, metadata = [], {}
-                else:
-                    results, metadata = _run_ops(conn, ctx, payload, ops, after, revision, db_path)
-            if swapped:
-                ctx.drop_reader(db_path)
-                continue
-            return {"revision": revision, "db_id": after, "results": results, "metadata": metadata}
+                if after == before:
+                    ctx.cache.retain(after, set(keep) | {revision})
+                    return reads(conn, after, revision)
+            ctx.drop_reader(db_path)
         except BaseException as exc:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
             _unreadable_as_task_error(db_path, exc)
@@ -277,10 +290,9 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
     raise TaskError("WorkerUnavailable", "unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
 
 
-def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, revision: int, db_path: str):
+def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, revision: int):
     """All reads of one retrieval task, inside the caller's read transaction."""
-    env = {"db_id": db_id, "revision": revision, "db_path": db_path}
-    ctx.cache.retain(db_id, set(payload.get("keep", ())) | {revision})
+    env = {"db_id": db_id, "revision": revision, "db_path": payload["db_path"]}
     results = []
     for op in ops:
         fn = OPS.get(op.get("op", ""))

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import apsw
 
@@ -66,18 +65,27 @@ def typed(err: DatabaseUnreadable) -> IndexUnreadable:
     return cast(IndexUnreadable, error_from_data(err.to_data()))
 
 
-@contextlib.contextmanager
-def index_errors(db_path: str) -> Iterator[None]:
+class index_errors:  # noqa: N801 - used as ``with index_errors(path):``, like a function
     """Turn SQLite's "not a database"/"malformed" and a failed open in an unwritable folder, raised
-    while using ``db_path``, into :class:`IndexCorrupt` / :class:`StateDirNotWritable`."""
-    try:
-        yield
-    except (DatabaseUnreadable, *CORRUPT_ERRORS) as exc:
-        err = unreadable(db_path, exc)
-        assert err is not None
-        raise typed(err) from exc
-    except (apsw.CantOpenError, apsw.ReadOnlyError) as exc:
-        why = folder_problem(os.path.dirname(os.path.abspath(db_path)))
-        if why is None:
-            raise
-        raise not_writable(db_path, why) from exc
+    while using ``db_path``, into :class:`IndexCorrupt` / :class:`StateDirNotWritable`. A class,
+    not a generator context manager: every search enters it, and this costs the owner less."""
+
+    __slots__ = ("db_path",)
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, (DatabaseUnreadable, *CORRUPT_ERRORS)):
+            err = unreadable(self.db_path, exc)
+            assert err is not None
+            raise typed(err) from exc
+        if isinstance(exc, (apsw.CantOpenError, apsw.ReadOnlyError)):
+            why = folder_problem(os.path.dirname(os.path.abspath(self.db_path)))
+            if why is not None:
+                raise not_writable(self.db_path, why) from exc
