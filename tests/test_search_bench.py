@@ -169,7 +169,7 @@ def test_throughput_bench_runs_end_to_end_on_a_small_database(tmp_path):
     # CPU time comes in clock ticks: one short round on a starved machine may see none, three not
     for side in ("owner", "workers"):
         assert sum(out[k]["cpu_us_per_query"]["pool_2"][side] for k in ("keyword", "vector", "hybrid")) > 0, side
-    share = out["targets"]["pool_scaling_share_of_machine_ceiling"]
+    share = out["targets"]["pool_scaling_share_of_machine_ceiling (>= 0.9)"]
     assert all(share[k] > 0 for k in ("keyword", "vector", "hybrid")), share
     table = bt.format_table(out)
     assert "pool_scaling_share_of_machine_ceiling" in table
