@@ -13,7 +13,8 @@ packed set built from wordnet-100.
 Systems, all in one run on the same data: memory-core keyword-only (with and without the
 OR-probe fix), vector-only, the hybrid under every fusion of ``host_facades.ranking.FUSIONS``
 and, as a sanity row, the weighted hybrid with vectorWeight 0 and MMR off, whose ranking must be
-keyword-only's (all through ``SearchEngine`` on a real index written by ``IndexWriter``), and the
+keyword-only's (all through ``SearchEngine`` on a real index written by ``IndexWriter``, with the
+passage vectors of multi-line entries as the indexer writes them), and the
 baselines ``bm25s``, faiss exact inner product over the same embeddings, and RRF(bm25s, faiss). Metrics: nDCG@10, Recall@10, MRR@10. Rankings are taken
 with ``min_score = 0`` and ``max_results = 10`` so selection thresholds do not truncate them.
 ``--dataset lee`` adds the Lee corpus read from a gensim wheel (lead sentence -> rest of article).
@@ -269,8 +270,26 @@ def doc_path(key: str) -> str:
     return f"memory/wordnet/{key}.md"
 
 
-def build_index(db_path: str, docs: Sequence[tuple[str, str]], vectors: np.ndarray | None, model: str) -> None:
-    """Write one source per entry through the real single writer."""
+def embed_passages_all(docs: Sequence[tuple[str, str]], provider: Any, label: str, *,
+                       cache: str | None = None) -> list[np.ndarray | None]:
+    """Per entry, its passages' vectors (``host_facades.chunking.split_passages``; None for an
+    entry of one passage), embedded as the indexer embeds them."""
+    from host_facades.chunking import split_passages
+
+    split = [split_passages(t) for _, t in docs]
+    flat = [p for ps in split for p in ps]
+    vecs = embed_all(flat, provider, label, cache=cache) if flat else None
+    out: list[np.ndarray | None] = []
+    offset = 0
+    for ps in split:
+        out.append(vecs[offset:offset + len(ps)] if ps and vecs is not None else None)
+        offset += len(ps)
+    return out
+
+
+def build_index(db_path: str, docs: Sequence[tuple[str, str]], vectors: np.ndarray | None, model: str,
+                passages: Sequence[np.ndarray | None] | None = None) -> None:
+    """Write one source per entry through the real single writer (with its passage vectors)."""
     from host_facades.chunking import hash_text
     from memory_core.store.writer import IndexWriter
 
@@ -281,7 +300,8 @@ def build_index(db_path: str, docs: Sequence[tuple[str, str]], vectors: np.ndarr
             entry = SimpleNamespace(path=doc_path(key), source="memory", hash=h, mtime_ms=0.0, size=len(text))
             chunk = SimpleNamespace(start_line=1, end_line=text.count("\n") + 1, text=text, hash=h)
             emb = vectors[i : i + 1] if vectors is not None else None
-            writer.replace_source(entry, [chunk], emb, model if vectors is not None else "fts-only")
+            extra = [passages[i]] if passages is not None else None
+            writer.replace_source(entry, [chunk], emb, model if vectors is not None else "fts-only", passages=extra)
     finally:
         writer.close()
 
@@ -384,7 +404,7 @@ def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequen
 
     qtexts = [q for q, _ in queries]
     relevant = [r for _, r in queries]
-    dvecs = qvecs = None
+    dvecs = qvecs = pvecs = None
     model = "fts-only"
     if with_vectors:
         provider = local_provider(window_overlap)
@@ -392,11 +412,12 @@ def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequen
         t1 = time.perf_counter()
         dvecs = embed_all([t for _, t in docs], provider, f"{name}-docs", cache=cache)
         qvecs = embed_all(qtexts, provider, f"{name}-queries", cache=cache)
+        pvecs = embed_passages_all(docs, provider, f"{name}-passages", cache=cache)
         log(f"embeddings ({provider.model}): {time.perf_counter() - t1:.1f}s")
     tmp = tempfile.mkdtemp(prefix="mc-bench-quality-", dir=workdir)
     db = os.path.join(tmp, f"{name}.sqlite")
     t2 = time.perf_counter()
-    build_index(db, docs, dvecs, model)
+    build_index(db, docs, dvecs, model, pvecs)
     log(f"index: {time.perf_counter() - t2:.1f}s")
     results: dict[str, dict[str, float]] = {}
     lists: dict[str, list[list[str]]] = {}

@@ -46,6 +46,8 @@ __all__ = [
     "extract_recall_metadata",
     "split_text_to_utf8_byte_limit",
     "prepare_chunks",
+    "PASSAGE_MIN_CHARS",
+    "split_passages",
 ]
 
 # JavaScript's whitespace set (String.prototype.trim and regex \s), which differs from str.isspace.
@@ -536,6 +538,38 @@ def split_text_to_utf8_byte_limit(text: str, max_bytes: int) -> list[str]:
         parts.append(data[cursor:end].decode("utf-8"))
         cursor = end
     return parts
+
+
+# --- passages: the extra vectors of a long chunk ---------------------------------------------
+
+# A passage closes once it holds this many characters (about 4 tokens): a short heading or a
+# one-word bullet goes with the line after it, and every ordinary line is a passage of its own, so
+# one relevant line among unrelated ones gets a vector that is not an average with them.
+PASSAGE_MIN_CHARS = 16
+
+
+def split_passages(text: str, min_chars: int = PASSAGE_MIN_CHARS) -> list[str]:
+    """The passages of a chunk: its non-blank lines (stripped), consecutive ones joined with ``\n``
+    until the passage holds ``min_chars`` characters; a short last group joins the passage before it.
+    A chunk with at most one passage returns ``[]``: its chunk vector is its only vector."""
+    out: list[str] = []
+    group: list[str] = []
+    size = 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        group.append(line)
+        size += len(line) + (1 if len(group) > 1 else 0)
+        if size >= min_chars:
+            out.append("\n".join(group))
+            group, size = [], 0
+    if group:
+        if out:
+            out[-1] = "\n".join([out[-1], *group])
+        else:
+            out.append("\n".join(group))
+    return out if len(out) > 1 else []
 
 
 # --- the preparation step ----------------------------------------------------------------------

@@ -45,6 +45,7 @@ from host_facades.vector_state import (
     Int8Candidates,
     VectorState,
     build_index,
+    has_passage_table,
     load_faiss,
     load_vector_state,
     model_key,
@@ -60,9 +61,13 @@ SHARED_BUILDS = 0  # shared states this process built and wrote (the other proce
 
 
 def _chunk_count(conn: apsw.Connection) -> int | None:
-    """Rows of the chunk table (an upper bound on a generation's vectors), None if unreadable."""
+    """Rows of the chunk and passage-vector tables (an upper bound on a generation's vectors),
+    None if unreadable."""
     try:
-        return int(conn.execute("SELECT count(*) FROM memory_index_chunks").fetchone()[0])
+        n = int(conn.execute("SELECT count(*) FROM memory_index_chunks").fetchone()[0])
+        if has_passage_table(conn):
+            n += int(conn.execute("SELECT count(*) FROM memory_index_passage_vectors").fetchone()[0])
+        return n
     except apsw.Error:
         return None
 
@@ -270,7 +275,8 @@ def save_shared(directory: str, key: DerivedKey, state: VectorState) -> None:
     base = os.path.join(directory, shared_stem(key))
     index = state.index
     kind = state.index_kind
-    meta: dict[str, Any] = {"format": FORMAT, "n": len(state.ids), "d": state.dims, "kind": kind}
+    meta: dict[str, Any] = {"format": FORMAT, "n": len(state.ids), "d": state.dims, "kind": kind,
+                            "passages": int(state.passages)}
     arrays: dict[str, np.ndarray] = {}
     ids = [str(i).encode("utf-8") for i in state.ids]
     arrays["id_offsets"] = np.concatenate([[0], np.cumsum([len(b) for b in ids], dtype=np.int64)]).astype(np.int64)
@@ -303,6 +309,7 @@ def load_shared(directory: str, key: DerivedKey) -> VectorState | None:
             if meta.get("format") != FORMAT:
                 return None
             n, d, kind = int(meta["n"]), int(meta["d"]), str(meta["kind"])
+            passages = int(meta.get("passages", 0))
             offsets = z["id_offsets"]
             blob = bytes(z["id_blob"])
             source_codes = z["source_codes"]
@@ -328,7 +335,7 @@ def load_shared(directory: str, key: DerivedKey) -> VectorState | None:
         sources = np.asarray(meta["source_names"], dtype=object)[source_codes]
     except (OSError, KeyError, ValueError, RuntimeError):
         return None
-    return VectorState(key, MappedIds(blob, offsets), sources, matrix, index)
+    return VectorState(key, MappedIds(blob, offsets), sources, matrix, index, passages=passages)
 
 
 def prune_shared(db_path: str, keep: dict[str, set[int]]) -> int:

@@ -12,6 +12,11 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
 - ``scan`` (sqlite-vec asked for but not loadable): :func:`cosine_scan`, upstream's 256-row
   batched scan (§5.3), which needs no in-memory state.
 
+A chunk with several passages (``host_facades.chunking.split_passages``) also has passage vectors
+(``memory_index_passage_vectors``); every backend scores it by the best of its own and its
+passages' cosines and returns it once. numpy and faiss search the passage rows in the same matrix;
+sqlite-vec and the scan score the passage rows by a scan (:func:`with_passages`).
+
 numpy and faiss are ``host_facades.vector_state.VectorState.search`` on the generation's state from
 ``vector_cache.PROCESS_CACHE`` - the same code workers run on their own cache, so in-process and
 pooled searches return identical ``(id, score)`` lists. :func:`load_rows` attaches the row payloads.
@@ -19,6 +24,7 @@ pooled searches return identical ``(id, score)`` lists. :func:`load_rows` attach
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,6 +34,7 @@ import numpy as np
 
 from host_facades import vector_cache
 from host_facades.fts_query import truncate_snippet
+from host_facades.vector_state import passage_rows
 from host_facades.vectors import decode_vector
 
 VECTOR_KNN_OVERSAMPLE_FACTOR = 8
@@ -160,7 +167,39 @@ def cosine_scan(
             # one more look: rows appended during the callback have higher rowids
             if between_batches is None:
                 break
-    return load_rows(conn, [(cid, s) for s, _, cid in top])
+    return load_rows(conn, with_passages(conn, q, [(cid, s) for s, _, cid in top], limit=limit, model=model,
+                                         sources=sources))
+
+
+def with_passages(conn: apsw.Connection, qvec: Any, scored: Sequence[tuple[str, float]], *, limit: int,
+                  model: str | Sequence[str] | None = None,
+                  sources: Sequence[str] | None = None) -> list[tuple[str, float]]:
+    """The top-``limit`` of ``scored`` (the chunk vectors' top-``limit`` ``(id, cosine)``, best first)
+    once passage vectors count: a chunk scores the best of its own cosine and its passages'. Passage
+    rows are scanned; a chunk that enters the top through a passage has its own vector rescored."""
+    filt, params = _filter_sql(model, sources)
+    rows = passage_rows(conn, filt, params)
+    if not rows:
+        return list(scored)
+    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+    best = dict(scored)
+    order = {cid: i for i, (cid, _) in enumerate(scored)}
+    for cid, _, blob, rowid, _seq in rows:
+        s = cosine_similarity(q, decode_vector(blob))
+        if s > best.get(cid, -math.inf):
+            best[cid] = s
+        order.setdefault(cid, len(scored) + int(rowid))
+    top = sorted(best, key=lambda cid: (-best[cid], order[cid]))[: max(1, int(limit))]
+    # a chunk outside ``scored`` scored below all of it by its own vector: only newcomers to the top
+    # can have an own cosine above their passages'
+    newcomers = [cid for cid in top if order[cid] >= len(scored)]
+    for i in range(0, len(newcomers), 500):
+        batch = newcomers[i : i + 500]
+        for cid, blob in conn.execute(
+                f"SELECT id, embedding FROM memory_index_chunks WHERE id IN ({','.join('?' * len(batch))})", batch):
+            best[cid] = max(best[cid], cosine_similarity(q, decode_vector(blob)))
+    top.sort(key=lambda cid: (-best[cid], order[cid]))
+    return [(cid, best[cid]) for cid in top]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +322,7 @@ def knn_search(
         res = sqlite_vec_knn(conn, qvec, limit=limit, model=model, sources=sources)
         if res["fallback_scan_required"]:
             return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)
-        return load_rows(conn, res["rows"])
+        return load_rows(conn, with_passages(conn, qvec, res["rows"], limit=limit, model=model, sources=sources))
     if used == "scan":
         return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)
     if used == "faiss":

@@ -87,6 +87,7 @@ class VectorState:
     sources: np.ndarray
     matrix: np.ndarray
     index: object | None = None
+    passages: int = 0  # rows that are passage vectors (an id then has several rows)
     nbytes: int = field(init=False, default=0)
     _subsets: dict = field(init=False, default_factory=dict, repr=False)
 
@@ -124,7 +125,8 @@ class VectorState:
         index = None
         if self.index is not None and rows.size:
             index, matrix = build_index(matrix)
-        sub = VectorState(self.key, [self.ids[int(i)] for i in rows], self.sources[rows], matrix, index)
+        sub = VectorState(self.key, [self.ids[int(i)] for i in rows], self.sources[rows], matrix, index,
+                          passages=self.passages)  # an upper bound: only "has passages" matters
         self._subsets[wanted] = sub
         self.nbytes += sub.nbytes
         return sub
@@ -144,8 +146,26 @@ class VectorState:
         if norm == 0.0:
             return []
         q = np.ascontiguousarray(q / norm, dtype=np.float32)
-        rows, scores = state._top_rows(q, min(int(limit), n), exact=exact)
-        return [(state.ids[int(r)], float(s)) for r, s in zip(rows, scores)]
+        k = min(int(limit), n)
+        if not state.passages:
+            rows, scores = state._top_rows(q, k, exact=exact)
+            return [(state.ids[int(r)], float(s)) for r, s in zip(rows, scores)]
+        return state._top_ids(q, k, exact=exact)
+
+    def _top_ids(self, q: np.ndarray, k: int, *, exact: bool) -> list[tuple[str, float]]:
+        """Top-``k`` distinct ids when an id has several rows (its chunk vector and its passages'),
+        each with its best row's score: rows are taken best first until ``k`` ids are seen. An id
+        left out has every row at or below the rows taken, so no score or order is approximate."""
+        n = len(self.ids)
+        kk = min(n, 2 * k)
+        while True:
+            rows, scores = self._top_rows(q, kk, exact=exact)
+            best: dict[str, float] = {}
+            for r, s in zip(rows, scores):
+                best.setdefault(self.ids[int(r)], float(s))
+            if len(best) >= k or kk >= n:
+                return list(best.items())[:k]
+            kk = min(n, kk * 4)
 
     def _top_rows(self, q: np.ndarray, k: int, *, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.ids)
@@ -273,16 +293,16 @@ def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool
     """
     model = key[2]
     if model == "":  # no model filter (a search without a provider model)
-        rows = conn.execute(
-            "SELECT id, source, embedding FROM memory_index_chunks WHERE length(embedding) > 0 ORDER BY chunk_rowid"
-        ).fetchall()
+        where, params = "", []
     else:
         models = [model] if isinstance(model, str) else list(model)
-        rows = conn.execute(
-            f"SELECT id, source, embedding FROM memory_index_chunks WHERE model IN ({','.join('?' * len(models))})"
-            " AND length(embedding) > 0 ORDER BY chunk_rowid",
-            models,
-        ).fetchall()
+        where, params = f" AND c.model IN ({','.join('?' * len(models))})", models
+    rows = conn.execute(
+        "SELECT c.id, c.source, c.embedding, c.chunk_rowid, -1 FROM memory_index_chunks c"
+        f" WHERE length(c.embedding) > 0{where} ORDER BY c.chunk_rowid", params).fetchall()
+    passages = passage_rows(conn, where, params)
+    if passages:  # each chunk's row, then its passages': ties keep resolving by storage order
+        rows = sorted(rows + passages, key=lambda r: (r[3], r[4]))
     if not rows:
         return VectorState(key, [], np.zeros(0, dtype=object), np.zeros((0, 0), dtype=np.float32))
     lengths = np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=len(rows))
@@ -294,13 +314,31 @@ def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool
     if not bool(np.all(lengths == width)):
         rows = [r for r in rows if len(r[2]) == width]
     ids = [r[0] for r in rows]
+    extra = sum(1 for r in rows if r[4] >= 0)
     sources = np.array([r[1] for r in rows], dtype=object)
     matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=VECTOR_DTYPE).reshape(len(rows), width // 4)
     matrix = np.ascontiguousarray(normalize_rows(matrix), dtype=np.float32)
     index = None
     if use_faiss and load_faiss() is not None and len(ids):
         index, matrix = build_index(matrix)
-    return VectorState(key, ids, sources, matrix, index)
+    return VectorState(key, ids, sources, matrix, index, passages=extra)
+
+
+def has_passage_table(conn: apsw.Connection) -> bool:
+    """Whether the index has the passage-vector table (written by schema migration 3)."""
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'memory_index_passage_vectors'").fetchone() is not None
+
+
+def passage_rows(conn: apsw.Connection, where: str = "", params: Sequence[Any] = ()) -> list[tuple]:
+    """``(chunk id, source, embedding, chunk_rowid, seq)`` of every passage vector whose chunk has a
+    vector and passes ``where`` (SQL on the chunk, alias ``c``); [] on an index without passages."""
+    if not has_passage_table(conn):
+        return []
+    return conn.execute(
+        "SELECT c.id, c.source, p.embedding, c.chunk_rowid, p.seq FROM memory_index_passage_vectors p"
+        f" JOIN memory_index_chunks c ON c.id = p.chunk_id WHERE length(c.embedding) > 0{where}",
+        list(params)).fetchall()
 
 
 def build_index(matrix: np.ndarray, *, kind: str | None = None) -> tuple[object, np.ndarray]:

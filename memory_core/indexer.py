@@ -245,18 +245,21 @@ def run_sync(
     def flush() -> None:
         nonlocal done, group, group_chunks
         vectors: list[np.ndarray | None] = [None] * len(group)
+        passages: list[list[np.ndarray | None] | None] = [None] * len(group)
         if provider is not None and group_chunks:
-            from memory_core.embeddings import embed_chunks
+            from memory_core.embeddings import embed_chunks, embed_passages
 
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
             cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
             matrix = np.asarray(embed_chunks(provider, texts, hashes, cache), dtype=np.float32)
+            extra = embed_passages(provider, texts, cache)
             offset = 0
             for i, (_, cs) in enumerate(group):
                 vectors[i] = matrix[offset:offset + len(cs)] if cs else None
+                passages[i] = extra[offset:offset + len(cs)]
                 offset += len(cs)
-        for (entry, chunks), vecs in zip(group, vectors):
+        for (entry, chunks), vecs, extra_vecs in zip(group, vectors, passages):
             if not full and entry.source == "memory" and _changed_since_read(entry):
                 # Its content is older than the file now: publishing it could overwrite a newer
                 # publish by another writer. The change is the next sync's (a watcher reports it).
@@ -264,7 +267,7 @@ def run_sync(
                 done += 1
                 continue
             try:
-                status = writer.replace_source(entry, chunks, vecs, model)
+                status = writer.replace_source(entry, chunks, vecs, model, passages=extra_vecs)
             except Exception as exc:
                 if full or isinstance(exc, (MemoryCoreError, *CORRUPT_ERRORS)):
                     raise  # a damaged index file fails the run (IndexCorrupt), it is no file's problem

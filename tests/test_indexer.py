@@ -174,6 +174,23 @@ def test_identical_text_embedded_once_and_forced_reindex_uses_cache(workspace, f
         assert core.status()["vector"]["dims"] == 8
 
 
+def test_index_embeds_passages_of_multi_line_chunks_only_and_reuses_them(workspace, fake_provider):
+    write(workspace, "memory/long.md", "the deploy train leaves on friday\nthe dentist moved to tuesday\n")
+    write(workspace, "memory/short.md", "one line about rockets\n")
+    with core_for(workspace, provider="fake-test") as core:
+        core.index()
+        assert sorted(fake_provider.embedded) == [
+            "one line about rockets\n", "the dentist moved to tuesday", "the deploy train leaves on friday",
+            "the deploy train leaves on friday\nthe dentist moved to tuesday\n"]
+        assert rows(core, "SELECT c.path, p.seq FROM memory_index_passage_vectors p"
+                          " JOIN memory_index_chunks c ON c.id = p.chunk_id ORDER BY p.seq") == [
+            ("memory/long.md", 0), ("memory/long.md", 1)]
+        calls = len(fake_provider.calls)
+        core.index(force=True)
+        assert len(fake_provider.calls) == calls  # chunks and passages both came from the cache
+        assert rows(core, "SELECT count(*) FROM memory_index_passage_vectors") == [(2,)]
+
+
 def test_identity_mismatch_pauses_sync_and_cli_index_rebuilds(workspace):
     write(workspace, "memory/a.md", "identity check text\n")
     with core_for(workspace) as core:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from host_facades.chunking import hash_text, split_passages
 from host_facades.vectors import normalize_rows as l2_normalise
 from memory_core.embeddings.base import (
     EmbeddingCacheStore,
@@ -214,6 +216,28 @@ def embed_chunks(
             "run `memory-core index --force`"
         )
     return np.vstack([found[h] for h in hashes]).astype(np.float32, copy=False)
+
+
+def embed_passages(
+    provider: EmbeddingProvider,
+    texts: Sequence[str],
+    cache: EmbeddingCacheStore | None,
+    **kwargs: Any,
+) -> list[np.ndarray | None]:
+    """Per chunk text, the vectors ``(passages, dims)`` of its passages
+    (``host_facades.chunking.split_passages``), or None for a chunk with one passage. Passages go
+    through ``cache`` keyed by their own text hash, as chunks do, in one :func:`embed_chunks` call."""
+    split = [split_passages(t) for t in texts]
+    flat = [p for ps in split for p in ps]
+    if not flat:
+        return [None] * len(texts)
+    matrix = embed_chunks(provider, flat, [hash_text(p) for p in flat], cache, **kwargs)
+    out: list[np.ndarray | None] = []
+    offset = 0
+    for ps in split:
+        out.append(matrix[offset:offset + len(ps)] if ps else None)
+        offset += len(ps)
+    return out
 
 
 def embed_query(provider: EmbeddingProvider, text: str, *, sleep: Sleep = time.sleep) -> np.ndarray:

@@ -108,6 +108,17 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (source, path)
     ) STRICT;
     """,
+    # 3: the passage vectors of chunks with several passages (host_facades.chunking.split_passages);
+    # a chunk's vector score is the best of its own vector and these. An index written before this
+    # migration has none until `memory-core index --force`, and searches exactly as before.
+    """
+    CREATE TABLE IF NOT EXISTS memory_index_passage_vectors (
+        chunk_id TEXT NOT NULL REFERENCES memory_index_chunks(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        embedding BLOB NOT NULL,
+        PRIMARY KEY (chunk_id, seq)
+    ) STRICT;
+    """,
 ]
 
 # FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in

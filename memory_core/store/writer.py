@@ -337,12 +337,14 @@ class IndexWriter:
         chunks: Sequence[Any],
         embeddings: np.ndarray | None,
         model: str,
+        passages: Sequence[np.ndarray | None] | None = None,
     ) -> str:
         """Replace every row of ``(entry.path, entry.source)`` with ``chunks`` in one transaction.
 
         Returns ``"published"``, or ``"forgotten"`` (nothing written) for a tombstoned session.
         ``embeddings`` is ``(len(chunks), dims)`` float32 or None for keyword-only (``model`` is
-        then normally ``"fts-only"``).
+        then normally ``"fts-only"``). ``passages`` has, per chunk, the ``(passages, dims)`` vectors
+        of its passages (``host_facades.chunking.split_passages``) or None for a one-passage chunk.
         """
         conn = self._c()
         path, source = entry.path, entry.source
@@ -358,6 +360,7 @@ class IndexWriter:
         recall_rows: list[tuple] = []
         prov_rows: list[tuple] = []
         vec_rows: list[tuple] = []
+        passage_rows: list[tuple] = []
         seen: set[str] = set()
         for i, ch in enumerate(chunks):
             cid = chunk_id(source, path, ch.start_line, ch.end_line, ch.hash, model)
@@ -380,6 +383,9 @@ class IndexWriter:
             ))
             if blob:
                 vec_rows.append((cid, blob))
+                extra = passages[i] if passages is not None else None
+                if extra is not None:
+                    passage_rows += [(cid, seq, encode_vector(v)) for seq, v in enumerate(np.asarray(extra, np.float32))]
         dims = int(embeddings.shape[1]) if embeddings is not None and embeddings.size else None
 
         with schema.write_tx(conn):
@@ -392,6 +398,9 @@ class IndexWriter:
                     " text, embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     chunk_rows,
                 )
+            if passage_rows:
+                conn.executemany(
+                    "INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding) VALUES (?,?,?)", passage_rows)
             if recall_rows:
                 conn.executemany(
                     "INSERT INTO memory_index_chunk_recall_metadata(chunk_id, importance, triggers, project_key)"
@@ -445,6 +454,7 @@ class IndexWriter:
             # recall/provenance cascade through foreign keys; explicit deletes keep it independent of PRAGMA state
             conn.executemany("DELETE FROM memory_index_chunk_recall_metadata WHERE chunk_id = ?", [(i,) for i in ids])
             conn.executemany("DELETE FROM memory_index_chunk_provenance WHERE chunk_id = ?", [(i,) for i in ids])
+            conn.executemany("DELETE FROM memory_index_passage_vectors WHERE chunk_id = ?", [(i,) for i in ids])
             conn.execute("DELETE FROM memory_index_chunks WHERE path = ? AND source = ?", (path, source))
         return len(ids)
 
@@ -602,6 +612,11 @@ class IndexWriter:
             prov = [tuple(r) for i in ids for r in src.execute(
                 "SELECT chunk_id, origin_class, session_kind, observed_at, supersedes_key"
                 " FROM memory_index_chunk_provenance WHERE chunk_id = ?", i)]
+            has_passages = src.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'memory_index_passage_vectors'").fetchone() is not None
+            passage_rows = [tuple(r) for i in ids for r in src.execute(
+                "SELECT chunk_id, seq, embedding FROM memory_index_passage_vectors WHERE chunk_id = ?", i)
+            ] if has_passages else []
         except apsw.Error:
             return False
         finally:
@@ -614,6 +629,8 @@ class IndexWriter:
                 " embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)", chunks)
             conn.executemany("INSERT INTO memory_index_chunk_recall_metadata VALUES (?,?,?,?)", recall)
             conn.executemany("INSERT INTO memory_index_chunk_provenance VALUES (?,?,?,?,?)", prov)
+            conn.executemany("INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding) VALUES (?,?,?)",
+                             passage_rows)
             vec_rows = [(c[0], c[8]) for c in chunks if c[8]]
             if vec_rows and self.vector_available:
                 dims = len(vec_rows[0][1]) // 4

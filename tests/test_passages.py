@@ -1,0 +1,134 @@
+"""Passage vectors: a long chunk also gets one vector per passage, and its vector score is the best
+of its own cosine and its passages' (host_facades.chunking.split_passages, vector_state, vector_search)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from host_facades import vector_search
+from host_facades.chunking import split_passages
+from host_facades.sqlite_read import open_readonly, read_snapshot
+from memory_core.embeddings import embed_passages
+from memory_core.store.writer import IndexWriter
+from tests.search_fixtures import FakeEmbedder
+from tests.test_store import chunk, entry
+
+FRUIT = "apples pears plums cherries apricots peaches quinces nectarines damsons greengages medlars"
+MUSIC = "violins cellos violas harps flutes oboes clarinets bassoons trumpets trombones tubas"
+STONE = "granite basalt marble slate quartzite gneiss schist obsidian pumice sandstone limestone"
+LONG = "\n".join([FRUIT, MUSIC, STONE])  # three unrelated lines: three passages
+
+
+class CountingCache:
+    """An in-memory embedding cache that records the hashes it was asked for."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, np.ndarray] = {}
+
+    def get_many(self, provider, model, provider_key, hashes):
+        return {h: self.rows[h] for h in hashes if h in self.rows}
+
+    def put_many(self, provider, model, provider_key, items):
+        self.rows.update(items)
+
+
+def test_split_passages_gives_each_line_a_passage_and_short_lines_to_their_neighbours():
+    assert split_passages(LONG) == [FRUIT, MUSIC, STONE]
+    assert split_passages("a short note\n\n  and its second line  ") == []  # one passage: no extra vectors
+    assert split_passages("## Notes\nthe build is green since tuesday morning\n- ok\n\n"
+                          "release train leaves on friday at noon\nend") == [
+        "## Notes\nthe build is green since tuesday morning", "- ok\nrelease train leaves on friday at noon\nend"]
+    assert split_passages("one\ntwo\nthree\nfour", min_chars=7) == ["one\ntwo", "three\nfour"]
+
+
+def test_embed_passages_skips_one_passage_chunks_and_goes_through_the_cache():
+    emb, cache = FakeEmbedder(dims=4096), CountingCache()
+    out = embed_passages(emb, [LONG, "kiwi mango"], cache)
+    assert [None if v is None else v.shape for v in out] == [(3, 4096), None]
+    assert round(float(out[0][1] @ emb.vector(MUSIC)), 6) == 1.0
+    calls = emb.calls
+    embed_passages(emb, [LONG], cache)
+    assert emb.calls == calls  # every passage came from the cache
+
+
+@pytest.fixture
+def passage_index(tmp_path):
+    """Chunk ``long`` (three unrelated lines) and the one-passage chunks ``harps`` and ``kiwi``."""
+    emb = FakeEmbedder(dims=4096)
+    path = str(tmp_path / "p.sqlite")
+    w = IndexWriter(path)
+    texts = {"long.md": LONG, "harps.md": "harps oboes", "kiwi.md": "kiwi mango papaya lychee"}
+    for name, text in texts.items():
+        ch = chunk(f"memory/{name}", text, 1, text.count("\n") + 1)
+        w.replace_source(entry(f"memory/{name}", text), [ch], emb.embed_batch([text]), emb.model,
+                         passages=embed_passages(emb, [text], None))
+    yield w, path, emb
+    w.close()
+
+
+def _search(path: str, query: np.ndarray, backend: str, limit: int = 3) -> list[tuple[str, float]]:
+    vector_search.clear_cache()
+    conn = open_readonly(path)
+    try:
+        with read_snapshot(conn):
+            if backend == "scan":
+                rows = vector_search.cosine_scan(conn, query, limit=limit, model="fake-model")
+            else:
+                rows = vector_search.knn_search(conn, query, limit=limit, model="fake-model", backend=backend)
+    finally:
+        conn.close()
+    return [(r["path"].split("/")[-1], round(r["vector_score"], 6)) for r in rows]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "faiss", "sqlite-vec", "scan"])
+def test_a_long_chunk_scores_the_passage_the_query_matches(passage_index, backend):
+    _w, path, emb = passage_index
+    # "harps flutes" is in the second line of long.md only: the whole chunk's cosine is 0.246183,
+    # its MUSIC passage's 0.426401; harps.md has one passage and keeps its own cosine
+    assert _search(path, emb.vector("harps flutes"), backend) == [
+        ("harps.md", 0.5), ("long.md", 0.426401), ("kiwi.md", 0.0)]
+    assert _search(path, emb.vector(MUSIC), backend, limit=1) == [("long.md", 1.0)]  # once, at its best
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sqlite-vec"])
+def test_an_index_without_passage_vectors_scores_whole_chunks(passage_index, backend):
+    w, path, emb = passage_index
+    w.connection().execute("DELETE FROM memory_index_passage_vectors")
+    assert _search(path, emb.vector("harps flutes"), backend) == [
+        ("harps.md", 0.5), ("long.md", 0.246183), ("kiwi.md", 0.0)]
+    w.connection().execute("DROP TABLE memory_index_passage_vectors")  # an index from before the table
+    assert _search(path, emb.vector("harps flutes"), backend) == [
+        ("harps.md", 0.5), ("long.md", 0.246183), ("kiwi.md", 0.0)]
+
+
+def test_writer_keeps_passage_rows_only_for_long_chunks_and_drops_them_with_the_chunk(passage_index):
+    w, _path, _emb = passage_index
+    conn = w.connection()
+    rows = lambda: [tuple(r) for r in conn.execute(  # noqa: E731
+        "SELECT c.path, p.seq FROM memory_index_passage_vectors p JOIN memory_index_chunks c ON c.id = p.chunk_id"
+        " ORDER BY c.path, p.seq")]
+    assert rows() == [("memory/long.md", 0), ("memory/long.md", 1), ("memory/long.md", 2)]
+    w.delete_source("memory/long.md", "memory")
+    assert rows() == []
+    assert conn.execute("SELECT count(*) FROM memory_index_passage_vectors").fetchone()[0] == 0
+
+
+def test_a_shared_mapped_state_keeps_reducing_passages_to_chunks(passage_index, tmp_path):
+    from host_facades import vector_cache
+    from host_facades.vector_state import load_vector_state
+
+    _w, path, emb = passage_index
+    conn = open_readonly(path)
+    try:
+        with read_snapshot(conn):
+            built = load_vector_state(conn, ("db", 1, "fake-model"))
+    finally:
+        conn.close()
+    vector_cache.save_shared(str(tmp_path), ("db", 1, "fake-model"), built)
+    mapped = vector_cache.load_shared(str(tmp_path), ("db", 1, "fake-model"))
+    assert (len(built.ids), built.passages, mapped.passages) == (6, 3, 3)
+    q = emb.vector("harps flutes")
+    top = mapped.search(q, 3)
+    assert top == built.search(q, 3)
+    assert [round(s, 6) for _, s in top] == [0.5, 0.426401, 0.0] and len({i for i, _ in top}) == 3
