@@ -171,27 +171,6 @@ def cosine_scan(
                                          sources=sources))
 
 
-def _passage_cosines(q: np.ndarray, blobs: Sequence[bytes]) -> list[float]:
-    """:func:`cosine_similarity` of ``q`` with each vector in ``blobs``: the ones of ``q``'s own
-    length in one matrix product (a per-row loop cost milliseconds per thousand passages), the
-    others (another model's length) one by one."""
-    width = 4 * q.size
-    same = [i for i, b in enumerate(blobs) if len(b) == width]
-    out = [0.0] * len(blobs)
-    if same and q.size:
-        m = np.frombuffer(b"".join(blobs[i] for i in same), dtype="<f4").reshape(len(same), q.size).astype(np.float64)
-        qd = q.astype(np.float64)
-        nq = float(np.linalg.norm(qd))
-        norms = np.linalg.norm(m, axis=1)
-        dots = m @ qd
-        for i, dot, norm in zip(same, dots.tolist(), norms.tolist()):
-            out[i] = 0.0 if nq == 0 or norm == 0 else dot / (nq * norm)
-    for i, b in enumerate(blobs):
-        if len(b) != width:
-            out[i] = cosine_similarity(q, decode_vector(b))
-    return out
-
-
 def with_passages(conn: apsw.Connection, qvec: Any, scored: Sequence[tuple[str, float]], *, limit: int,
                   model: str | Sequence[str] | None = None,
                   sources: Sequence[str] | None = None) -> list[tuple[str, float]]:
@@ -205,7 +184,8 @@ def with_passages(conn: apsw.Connection, qvec: Any, scored: Sequence[tuple[str, 
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
     best = dict(scored)
     order = {cid: i for i, (cid, _) in enumerate(scored)}
-    for (cid, _, _blob, rowid, _seq), s in zip(rows, _passage_cosines(q, [r[2] for r in rows])):
+    for cid, _, blob, rowid, _seq in rows:
+        s = cosine_similarity(q, decode_vector(blob))
         if s > best.get(cid, -math.inf):
             best[cid] = s
         order.setdefault(cid, len(scored) + int(rowid))
