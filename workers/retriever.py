@@ -5,8 +5,8 @@
 ``SearchRequest`` in, a ``SearchReply`` out) and ``retrieve(ops, metadata="hits")`` runs retrieval
 ops plus the metadata read as ONE ``retrieve`` task. Each task is one read transaction, i.e. one
 generation (memory_core/generations.py); the adapter holds a lease for the duration and keeps
-workers' derived state down to the current generation plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same task function runs
-in-process, so results are identical.
+workers' derived state down to the current generation plus the leased ones. With ``InlinePool``
+(``pool.workers = 0``) the very same task function runs in-process, so results are identical.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import numpy as np
 from host_facades.chunking import chunk_id
 from host_facades.sqlite_ext import load_sqlite_vec
 from host_facades.sqlite_read import open_readonly
+from host_facades.vector_state import has_passage_table
 from host_facades.vectors import encode_vector
 from memory_core.errors import IndexBusy
 from memory_core.store import schema
@@ -612,11 +613,9 @@ class IndexWriter:
             prov = [tuple(r) for i in ids for r in src.execute(
                 "SELECT chunk_id, origin_class, session_kind, observed_at, supersedes_key"
                 " FROM memory_index_chunk_provenance WHERE chunk_id = ?", i)]
-            has_passages = src.execute(
-                "SELECT 1 FROM sqlite_master WHERE name = 'memory_index_passage_vectors'").fetchone() is not None
             passage_rows = [tuple(r) for i in ids for r in src.execute(
                 "SELECT chunk_id, seq, embedding FROM memory_index_passage_vectors WHERE chunk_id = ?", i)
-            ] if has_passages else []
+            ] if has_passage_table(src) else []
         except apsw.Error:
             return False
         finally:
