@@ -76,8 +76,9 @@ class Candidate:
     keyword_order: int | None = None  # 1-based keyword-only order (ties share), None without keyword evidence
     text_half: float = 0.0        # the fused text half: keyword order as a score in (0, 1]
     vector_half: float = 0.0      # the fused vector half: the vector score, or the vector list's floor
-    vector_norm: float = 0.0      # per-query normalised halves (fusion minmax / zscore)
+    vector_norm: float = 0.0      # per-query normalised halves (fusion weighted / minmax / zscore)
     text_norm: float = 0.0
+    fusion_scale: float = 1.0     # the weighted merge's per-query scale (scale_halves)
     pre_mmr_position: int = 0     # 1-based position before MMR, and after (explain)
     position: int = 0
     content_score: float = 0.0
@@ -115,7 +116,7 @@ class Candidate:
                             "path": self.path_score, "half": self.text_half, "normalised": self.text_norm},
                 "vector": {"rank": self.vector_rank, "score": self.vector_score, "half": self.vector_half,
                            "normalised": self.vector_norm},
-                "fusion": {"content": self.content_score},
+                "fusion": {"content": self.content_score, "scale": self.fusion_scale},
                 "adjust": {"decay": self.decay, "importance": self.importance_mult, "project": self.project_mult,
                            "rank_score": self.rank_score, "score": self.score},
                 "mmr": {"before": self.pre_mmr_position, "after": self.position},
@@ -400,14 +401,16 @@ def bm25_relevance(text_score: float) -> float:
     return math.inf if text_score >= 1.0 else text_score / (1.0 - text_score)
 
 
-def assign_keyword_order(candidates: Sequence[Candidate]) -> None:
+def assign_keyword_order(candidates: Sequence[Candidate], *, keyword_full: bool = False) -> None:
     """Set ``keyword_order`` (1-based, equal keys share a position) and ``text_half`` on every candidate.
 
     The text half is the BM25 relevance normalised per query by the best candidate's, scaled by the
     best boosted score, kept non-increasing along the keyword order, and never above the candidate's
     own boosted score (a path-only hit uses its path score over the best). Unlike the boosted score,
     which saturates at 1.0 for most hits of a long query, it keeps BM25's spread; with one matching
-    candidate it equals upstream's text half. Candidates without keyword evidence get 0."""
+    candidate it equals upstream's text half. Candidates without keyword evidence get 0, or, when the
+    BM25 list returned all it was asked for (``keyword_full``), the lowest text half of its body
+    hits: a chunk it did not return ranks below those, not at 0 (as :func:`assign_vector_half`)."""
     scored = sorted((c for c in candidates if has_keyword_evidence(c)), key=keyword_order_key, reverse=True)
     best = keyword_content_score(scored[0]) if scored else 0.0
     top_rel = max((bm25_relevance(c.text_score) for c in scored if c.text_score > 0), default=0.0)
@@ -427,9 +430,10 @@ def assign_keyword_order(candidates: Sequence[Candidate]) -> None:
             r = own / best
         ratio = min(ratio, r)
         c.text_half = min(own, best * ratio)
+    floor = min((c.text_half for c in scored if c.text_score > 0), default=0.0) if keyword_full else 0.0
     for c in candidates:
         if not has_keyword_evidence(c):
-            c.keyword_order, c.text_half = None, 0.0
+            c.keyword_order, c.text_half = None, floor
 
 
 def assign_vector_half(candidates: Sequence[Candidate], *, vector_full: bool = False) -> None:
@@ -446,14 +450,33 @@ def assign_vector_half(candidates: Sequence[Candidate], *, vector_full: bool = F
         c.vector_half = c.vector_score if c.in_vector else floor
 
 
-def weighted_content(c: Candidate, vw: float, tw: float, *, upstream: bool = False) -> float:
-    """``vw x vector half + tw x text half``; ``upstream`` is upstream's exact merge: the raw vector
-    score (0 when not returned) and the boosted score as the text half."""
+def scale_halves(candidates: Sequence[Candidate], vw: float, tw: float) -> float:
+    """The weighted merge's halves over their best (into ``vector_norm`` / ``text_norm``, 1.0 for the
+    best), and the query's scale: what the raw mix ``vw x vector + tw x text`` gives a candidate best
+    in both halves (or in the only half that returned anything).
+
+    Over its best, each half spans the same range, so ``vw`` and ``tw`` weigh what they say: raw
+    cosines bunch within a few tenths while the text half spans 0..1, so a raw mix lets the text
+    half decide however small ``tw`` is. The scale is one number per query, so it leaves the order
+    alone and keeps the scores absolute: ``minScore`` still drops a query whose best match is weak."""
+    vmax = max((c.vector_half for c in candidates), default=0.0)
+    tmax = max((c.text_half for c in candidates), default=0.0)
+    for c in candidates:
+        c.vector_norm = c.vector_half / vmax if vmax > 0 else 0.0
+        c.text_norm = c.text_half / tmax if tmax > 0 else 0.0
+    present = (vw if vmax > 0 else 0.0) + (tw if tmax > 0 else 0.0)
+    return (vw * vmax + tw * tmax) / present if present > 0 else 0.0
+
+
+def weighted_content(c: Candidate, vw: float, tw: float, *, upstream: bool = False, scale: float = 1.0) -> float:
+    """``scale x (vw x vector half + tw x text half)``, each half over its best (:func:`scale_halves`);
+    ``upstream`` is upstream's exact merge: the raw vector score (0 when not returned) and the
+    boosted score as the text half."""
     if c.in_vector and not c.in_keyword and is_non_text_media_path(c.path):
         return c.vector_score
     if upstream:
         return vw * c.vector_score + tw * keyword_content_score(c)
-    return vw * c.vector_half + tw * c.text_half
+    return scale * (vw * c.vector_norm + tw * c.text_norm)
 
 
 def _normal_cdf(z: float) -> float:
@@ -501,14 +524,16 @@ def rrf_content(c: Candidate, k: int, lists: int) -> float:
 
 
 def fused_content(c: Candidate, opts: RankingOptions, lists: int) -> float:
-    """The content score of one candidate under ``opts.fusion`` (see :data:`FUSIONS`)."""
+    """The content score of one candidate under ``opts.fusion`` (see :data:`FUSIONS`); the weighted
+    merge reads the query's ``fusion_scale`` from :func:`scale_halves`."""
     if opts.fusion == "rrf":
         return rrf_content(c, opts.rrf_k, lists)
     if opts.fusion in ("minmax", "zscore"):
         if c.in_vector and not c.in_keyword and is_non_text_media_path(c.path):
             return c.vector_norm
         return opts.vector_weight * c.vector_norm + opts.text_weight * c.text_norm
-    return weighted_content(c, opts.vector_weight, opts.text_weight, upstream=opts.fusion == "upstream")
+    return weighted_content(c, opts.vector_weight, opts.text_weight, upstream=opts.fusion == "upstream",
+                            scale=c.fusion_scale)
 
 
 def _tiebreak(c: Candidate) -> tuple:
@@ -519,15 +544,19 @@ def _tiebreak(c: Candidate) -> tuple:
 
 
 def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int = 2,
-                vector_full: bool = False) -> list[Candidate]:
+                vector_full: bool = False, keyword_full: bool = False) -> list[Candidate]:
     """Score, adjust and order merged candidates (§6.2 variant 3 with the chosen fusion);
-    ``vector_full``: the vector search returned as many hits as it was asked for."""
+    ``vector_full`` / ``keyword_full``: the vector / BM25 search returned as many hits as it was asked for."""
     now_ms = opts.now_ms
     active = prepare_active_project_keys(opts.active_project_keys)
-    assign_keyword_order(candidates)
+    assign_keyword_order(candidates, keyword_full=keyword_full)
     assign_vector_half(candidates, vector_full=vector_full)
     if opts.fusion in ("minmax", "zscore"):
         normalise_halves(candidates, opts.fusion)
+    elif opts.fusion == "weighted":
+        scale = scale_halves(candidates, opts.vector_weight, opts.text_weight)
+        for c in candidates:
+            c.fusion_scale = scale
     for c in candidates:
         c.content_score = fused_content(c, opts, lists)
         c.lexical_rank = c.ranking_score if (c.has_body_match and c.text_score == 0) else 0.0
@@ -672,10 +701,10 @@ def rank_and_select(
     opts: RankingOptions,
     max_results: int,
     min_score: float,
-    vector_limit: int | None = None,
+    limit: int | None = None,
 ) -> tuple[list[Candidate], list[Candidate], bool]:
-    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6); ``vector_limit`` is how many
-    hits the vector search was asked for (None: unknown).
+    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6); ``limit`` is how many hits the
+    vector and the BM25 search were each asked for (None: unknown).
 
     Returns ``(selected, ordered, vector_mode)``; ``vector_mode`` says whether hits carry a vector score.
     """
@@ -692,8 +721,9 @@ def rank_and_select(
         selected = [c for c in ordered if c.score >= min_score][:max_results]
         return selected, ordered, True
     cands = attach_metadata(union_candidates(vec, kw), metadata)
-    full = vector_limit is not None and len(vec) >= vector_limit
-    ordered = rank_hybrid(cands, opts, lists=2, vector_full=full)
+    vector_full = limit is not None and len(vec) >= limit
+    keyword_full = limit is not None and sum(1 for h in kw if float(h.get("text_score", 0.0)) > 0) >= limit
+    ordered = rank_hybrid(cands, opts, lists=2, vector_full=vector_full, keyword_full=keyword_full)
     keyword_keys = {c.key for c in ordered if c.in_keyword}
     selected = select_hybrid(ordered, max_results=max_results, min_score=min_score, keyword_keys=keyword_keys)
     return selected, ordered, True

@@ -28,9 +28,10 @@ def saturated_long_query_hits():
 def test_keyword_order_survives_a_flat_vector_half():
     flat, keyword = saturated_long_query_hits()
     out = ranked(flat, keyword, RankingOptions(**PLAIN))
-    # text half = BM25 relevance over the best's (9, 4, 2.33, 1.5, 1): 0.7 x 0.5 + 0.3 x ratio
+    # text half = BM25 relevance over the best's (9, 4, 2.33, 1.5, 1); each half over its best
+    # (vector 0.5 / 0.5 = 1), scaled by 0.7 x 0.5 + 0.3 x 1 = 0.65: 0.65 x (0.7 + 0.3 x ratio)
     assert [(c.id, round(c.score, 4)) for c in out] == [
-        ("a", 0.65), ("b", 0.4833), ("c", 0.4278), ("d", 0.4), ("e", 0.3833)]
+        ("a", 0.65), ("b", 0.5417), ("c", 0.5056), ("d", 0.4875), ("e", 0.4767)]
 
 
 def test_upstream_weighted_merge_stays_available_and_loses_the_keyword_order():
@@ -107,6 +108,8 @@ def test_explain_shows_each_part_of_a_hits_score(tmp_path):
     assert stages["vector"]["score"] == pytest.approx(cos, abs=1e-5)
     assert stages["vector"]["half"] == pytest.approx(cos, abs=1e-5)  # returned by the vector search
     assert stages["fusion"]["content"] == pytest.approx(0.7 * cos + 0.3 * top["ranking_score"], abs=1e-5)
+    # best in both lists: each half over its best is 1, so the content is the query's scale
+    assert stages["fusion"]["scale"] == pytest.approx(stages["fusion"]["content"])
     assert stages["adjust"] == {"decay": 1.0, "importance": 1.0, "project": 1.0,
                                 "rank_score": pytest.approx(stages["fusion"]["content"]),
                                 "score": pytest.approx(stages["fusion"]["content"])}
@@ -123,17 +126,18 @@ def full_vector_list_fixture():
 
 
 @pytest.mark.parametrize("limit, expected", [
-    # full list: d's vector half is the list's floor 0.46: 0.7 x 0.46 + 0.3 x 0.9 (its text half)
-    (3, [("d", 0.592), ("a", 0.38), ("b", 0.336), ("c", 0.322)]),
+    # full list: d's vector half is the list's floor 0.46, 0.92 of the best (a's 0.5); its text
+    # half is the best (1.0); scale 0.7 x 0.5 + 0.3 x 0.9 = 0.62: 0.62 x (0.7 x 0.92 + 0.3 x 1)
+    (3, [("d", 0.5853), ("a", 0.4547), ("b", 0.4166), ("c", 0.3993)]),
     # a short list returned every chunk with a vector: d has none, its vector half is 0
-    (4, [("a", 0.38), ("b", 0.336), ("c", 0.322), ("d", 0.27)]),
-    (None, [("a", 0.38), ("b", 0.336), ("c", 0.322), ("d", 0.27)]),
+    (4, [("a", 0.4547), ("b", 0.4166), ("c", 0.3993), ("d", 0.186)]),
+    (None, [("a", 0.4547), ("b", 0.4166), ("c", 0.3993), ("d", 0.186)]),
 ])
 def test_a_keyword_hit_the_full_vector_list_missed_gets_its_floor_not_zero(limit, expected):
     vector, keyword, meta = full_vector_list_fixture()
     _, ordered, _ = ranking.rank_and_select(mode="hybrid", keyword_hits=keyword, vector_hits=vector, metadata=meta,
                                             opts=RankingOptions(**PLAIN), max_results=10, min_score=0.0,
-                                            vector_limit=limit)
+                                            limit=limit)
     assert [(c.id, round(c.score, 4)) for c in ordered] == expected
     # the public vector score stays what the vector search said (0: not returned)
     assert {c.id: c.vector_score for c in ordered}["d"] == 0.0
@@ -143,6 +147,54 @@ def test_upstream_merge_keeps_zero_for_a_hit_the_vector_list_missed():
     vector, keyword, meta = full_vector_list_fixture()
     _, ordered, _ = ranking.rank_and_select(mode="hybrid", keyword_hits=keyword, vector_hits=vector, metadata=meta,
                                             opts=RankingOptions(fusion="upstream", **PLAIN), max_results=10,
-                                            min_score=0.0, vector_limit=3)
+                                            min_score=0.0, limit=3)
     # upstream: 0.7 x vector (0 when not returned) + 0.3 x boosted score
     assert [(c.id, round(c.score, 4)) for c in ordered] == [("a", 0.5), ("b", 0.336), ("c", 0.322), ("d", 0.27)]
+
+
+def strong_vector_fixture():
+    """r leads the vector list by a wide margin (0.6 against k's 0.3) and is the keyword search's
+    weak second; k leads the keyword list. Cosines bunch, the text half spans 0..1."""
+    vector = [vec("r", "memory/r.md", 0.6), vec("k", "memory/k.md", 0.3)]
+    keyword = [kw("k", "memory/k.md", 0.9), kw("r", "memory/r.md", 0.6)]
+    return vector, keyword
+
+
+def test_each_half_over_its_best_so_the_weights_mean_what_they_say():
+    vector, keyword = strong_vector_fixture()
+    out = ranked(vector, keyword, RankingOptions(**PLAIN))
+    # text halves k 0.9 (the best boosted score), r 0.9 x 1.5 / 9 = 0.15; over their best: r (1.0,
+    # 1/6), k (0.5, 1.0); scale 0.7 x 0.6 + 0.3 x 0.9 = 0.69: r 0.69 x 0.75, k 0.69 x 0.65
+    assert [(c.id, round(c.score, 4)) for c in out] == [("r", 0.5175), ("k", 0.4485)]
+    assert [(round(c.vector_norm, 4), round(c.text_norm, 4), round(c.fusion_scale, 4)) for c in out] == [
+        (1.0, 0.1667, 0.69), (0.5, 1.0, 0.69)]
+    # the raw mix of the same halves lets the text half decide: k 0.21 + 0.27, r 0.42 + 0.045
+    raw = {c.id: 0.7 * c.vector_half + 0.3 * c.text_half for c in out}
+    assert (round(raw["k"], 4), round(raw["r"], 4)) == (0.48, 0.465)
+
+
+def test_a_hit_best_in_both_lists_keeps_its_raw_score_so_min_score_still_means_something():
+    weak = [vec("x", "memory/x.md", 0.1), vec("y", "memory/y.md", 0.05)]
+    out = ranked(weak, [kw("x", "memory/x.md", 0.1)], RankingOptions(**PLAIN))
+    assert round(out[0].score, 4) == round(0.7 * 0.1 + 0.3 * 0.1, 4) == 0.1
+
+
+VECTOR_OF_3 = [vec("v", "memory/v.md", 0.6), vec("k2", "memory/k2.md", 0.5), vec("x", "memory/x.md", 0.4)]
+
+
+@pytest.mark.parametrize("keyword, absent_text_half, expected", [
+    # the BM25 list returned all 3 it was asked for: v and x get its lowest text half, k3's
+    # (0.9 x (0.3 / 0.7) / 9 = 0.0429); x then ties k3, which the keyword order puts first
+    ([kw("k1", "memory/k1.md", 0.9), kw("k2", "memory/k2.md", 0.5), kw("k3", "memory/k3.md", 0.3)], 0.0429,
+     [("k1", 0.529), ("v", 0.4929), ("k2", 0.4255), ("k3", 0.3319), ("x", 0.3319)]),
+    # a short BM25 list matched every chunk it could: no keyword evidence is 0
+    ([kw("k1", "memory/k1.md", 0.9), kw("k2", "memory/k2.md", 0.5)], 0.0,
+     [("k1", 0.529), ("v", 0.483), ("k2", 0.4255), ("x", 0.322)]),
+])
+def test_a_hit_the_full_keyword_list_missed_gets_its_floor_not_zero(keyword, absent_text_half, expected):
+    _, ordered, _ = ranking.rank_and_select(mode="hybrid", keyword_hits=keyword, vector_hits=VECTOR_OF_3,
+                                            metadata={i: {} for i in ("v", "x", "k1", "k2", "k3")},
+                                            opts=RankingOptions(**PLAIN), max_results=10, min_score=0.0, limit=3)
+    assert [(c.id, round(c.score, 4)) for c in ordered] == expected
+    v = next(c for c in ordered if c.id == "v")
+    assert (round(v.text_half, 4), v.keyword_order, v.text_score) == (absent_text_half, None, 0.0)

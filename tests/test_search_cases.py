@@ -62,8 +62,13 @@ def test_case_02_bm25_mapping():
 
 # --- case 3 ------------------------------------------------------------------------------------
 def test_case_03_weighted_union():
-    out = ranked([vec("a", "memory/a.md", 0.9)], [kw("b", "memory/b.md", 1.0)])
+    # the spec's "old formula" is upstream's merge, kept as fusion "upstream"
+    upstream = RankingOptions(fusion="upstream", mmr_enabled=False, decay_enabled=False)
+    out = ranked([vec("a", "memory/a.md", 0.9)], [kw("b", "memory/b.md", 1.0)], upstream)
     assert [(c.id, round(c.score, 6)) for c in out] == [("a", 0.63), ("b", 0.3)]
+    # the default weighs each half over its best, scaled by 0.7 x 0.9 + 0.3 x 1.0 = 0.93: same order
+    out = ranked([vec("a", "memory/a.md", 0.9)], [kw("b", "memory/b.md", 1.0)])
+    assert [(c.id, round(c.score, 6)) for c in out] == [("a", 0.651), ("b", 0.279)]
 
 
 # --- case 4 ------------------------------------------------------------------------------------
@@ -99,7 +104,8 @@ def test_case_06_relaxed_fallback():
 def test_case_06b_spare_slots_filled_by_keyword_only_hits():
     out = ranked([vec("v", "memory/v.md", 0.9)], [kw("k", "memory/k.md", 0.5)])
     sel = ranking.select_hybrid(out, max_results=3, min_score=0.35, keyword_keys={c.key for c in out if c.in_keyword})
-    assert [(c.id, round(c.score, 3)) for c in sel] == [("v", 0.63), ("k", 0.15)]
+    # scale 0.7 x 0.9 + 0.3 x 0.5 = 0.78: v 0.78 x 0.7 passes minScore, k 0.78 x 0.3 fills a spare slot
+    assert [(c.id, round(c.score, 3)) for c in sel] == [("v", 0.546), ("k", 0.234)]
 
 
 # --- case 7 ------------------------------------------------------------------------------------
