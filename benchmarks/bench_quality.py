@@ -355,13 +355,15 @@ def default_fusion() -> str:
     return MemoryCoreConfig().query.hybrid.fusion
 
 
-def hybrid_systems() -> list[tuple[str, dict[str, Any]]]:
+def hybrid_systems(vector_weight: float | None = None) -> list[tuple[str, dict[str, Any]]]:
     """``(row name, config overrides)`` of the vector-backed memory-core systems: vector-only, the
-    hybrid under each fusion, and the sanity row."""
+    hybrid under each fusion (at ``vector_weight`` / 1 - ``vector_weight`` when given, else the
+    configured default weights), and the sanity row."""
     from host_facades.ranking import FUSIONS
 
+    weights = {} if vector_weight is None else {"vector_weight": vector_weight, "text_weight": 1.0 - vector_weight}
     rows: list[tuple[str, dict[str, Any]]] = [(VECTOR_ONLY, {"query": {"hybrid": {"enabled": False}}})]
-    rows += [(hybrid_name(f), {"query": {"hybrid": {"fusion": f}}}) for f in FUSIONS]
+    rows += [(hybrid_name(f), {"query": {"hybrid": {"fusion": f, **weights}}}) for f in FUSIONS]
     rows.append((SANITY, {"query": {"hybrid": {"fusion": "weighted", "vector_weight": 0.0, "text_weight": 1.0,
                                                "mmr": {"enabled": False}}}}))
     return rows
@@ -390,14 +392,14 @@ def targets(results: dict[str, dict[str, float]], lists: dict[str, list[list[str
 def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequence[tuple[str, str]], *,
                      workdir: str | None = None, with_vectors: bool = True, log: Callable[[str], None] = print,
                      meta: dict[str, Any] | None = None, cache: str | None = None,
-                     window_overlap: int | None = None) -> dict[str, Any]:
+                     window_overlap: int | None = None, vector_weight: float | None = None) -> dict[str, Any]:
     """Run every system over one dataset of ``(key, text)`` entries and ``(query, relevant key)`` pairs.
     Its index goes to a temporary folder under ``workdir`` (default: the system's, removed after);
     embeddings are kept only with ``cache`` (``--cache-dir``)."""
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="mc-bench-quality-") as tmpdir:
             return evaluate_dataset(name, docs, queries, workdir=tmpdir, with_vectors=with_vectors, log=log,
-                                    window_overlap=window_overlap,
+                                    window_overlap=window_overlap, vector_weight=vector_weight,
                                     meta=meta, cache=cache)
     from memory_core.config import MemoryCoreConfig
     from memory_core.search.engine import SearchEngine
@@ -457,12 +459,13 @@ def evaluate_dataset(name: str, docs: Sequence[tuple[str, str]], queries: Sequen
         record("baseline faiss exact", [r[:K] for r in faiss_lists])
         record("baseline RRF(bm25s, faiss)", [rrf([a, b]) for a, b in zip(bm25_lists, faiss_lists)])
         prov = _ModelOnly(model, dvecs.shape[1])
-        for system, overrides in hybrid_systems():
+        for system, overrides in hybrid_systems(vector_weight):
             cfg = MemoryCoreConfig(state_dir=tmp, provider="local", **overrides)
             eng = SearchEngine(cfg, db, prov)
             record(system, *run_engine(eng, qtexts, qvecs))
             eng.close()
-    summary = {"dataset": {"name": name, "entries": len(docs), "queries": len(queries), **(meta or {})},
+    summary = {"dataset": {"name": name, "entries": len(docs), "queries": len(queries), **(meta or {}),
+                           **({} if vector_weight is None else {"hybrid_vector_weight": vector_weight})},
                "results": results, "targets": targets(results, lists)}
     log("targets: " + json.dumps(summary["targets"]))
     return summary
@@ -509,6 +512,13 @@ def format_table(out: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _weight(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"--vector-weight takes a number from 0 to 1, got {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ci", action="store_true",
                    help="small run: wordnet-100, lee and the packed set built from wordnet-100")
@@ -524,6 +534,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window-overlap", type=int, default=None, metavar="N",
                    help="embed texts longer than the model's 256-token window as overlapping windows "
                         "sharing N tokens, mean-pooled (default: truncate, as the product does)")
+    p.add_argument("--vector-weight", type=_weight, default=None, metavar="W",
+                   help="run every hybrid row at vectorWeight W and textWeight 1 - W (default: the "
+                        "configured 0.7 / 0.3); the vectorWeight 0 sanity row stays as it is")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="keep the embeddings in DIR and reuse them in later runs (default: nothing is "
                         "kept; the indexes go to a temporary folder that is removed)")
@@ -572,7 +585,7 @@ def run(args: argparse.Namespace) -> int:
             log(f"{name}: {len(docs)} entries, {len(queries)} queries, built in {time.perf_counter() - t0:.1f}s")
             out.append(evaluate_dataset(name, docs, queries, workdir=tmpdir, with_vectors=not args.no_vectors,
                                         log=log, meta=meta, cache=args.cache_dir,
-                                        window_overlap=args.window_overlap))
+                                        window_overlap=args.window_overlap, vector_weight=args.vector_weight))
     emit(args, out, lambda: format_table(out))
     if args.plot and out:
         plot_quality(out, args.plot)

@@ -174,3 +174,17 @@ def test_throughput_bench_runs_end_to_end_on_a_small_database(tmp_path):
     table = bt.format_table(out)
     assert "pool_scaling_share_of_machine_ceiling" in table
     assert "QPS 1 / 2 workers" in table and "CPU us/query" in table and "machine's ceiling" in table
+
+
+def test_vector_weight_sets_every_hybrid_row_but_the_sanity_row(capsys):
+    p = __import__("argparse").ArgumentParser()
+    bq.add_arguments(p)
+    assert p.parse_args(["--vector-weight", "0.6"]).vector_weight == 0.6
+    with pytest.raises(SystemExit):
+        p.parse_args(["--vector-weight", "1.5"])
+    assert "--vector-weight takes a number from 0 to 1, got 1.5" in capsys.readouterr().err
+    rows = dict(bq.hybrid_systems(0.6))
+    weighted = rows[bq.hybrid_name("weighted")]["query"]["hybrid"]
+    assert (weighted["vector_weight"], round(weighted["text_weight"], 6)) == (0.6, 0.4)
+    assert rows[bq.SANITY]["query"]["hybrid"]["vector_weight"] == 0.0
+    assert "vector_weight" not in dict(bq.hybrid_systems())[bq.hybrid_name("weighted")]["query"]["hybrid"]

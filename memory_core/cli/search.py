@@ -53,8 +53,9 @@ def positive_int(text: str) -> int:
 
 
 # each hit's score, stage by stage: keyword order (BM25 rank, boosted score, the fused text half),
-# vector (rank, cosine), fusion (content score), decay and multipliers, final score, MMR move
-EXPLAIN_COLUMNS = (("kw#", 3), ("bm25", 5), ("boost", 5), ("text½", 5), ("vec#", 4), ("vec", 5),
+# vector (rank, cosine, the fused vector half), fusion (content score), decay and multipliers,
+# final score, MMR move
+EXPLAIN_COLUMNS = (("kw#", 3), ("bm25", 5), ("boost", 5), ("text½", 5), ("vec#", 4), ("vec", 5), ("vec½", 5),
                    ("fused", 5), ("decay", 5), ("mult", 4), ("score", 5), ("mmr", 7))
 
 
@@ -65,10 +66,11 @@ def _num(value: Any, fmt: str = ".3f") -> str:
 def explain_cells(r: dict[str, Any]) -> list[str]:
     """The :data:`EXPLAIN_COLUMNS` cells of one ranked candidate's score parts."""
     st = r.get("stages") or {}
-    kw, mmr = st.get("keyword", {}), st.get("mmr", {})
+    kw, vec, mmr = st.get("keyword", {}), st.get("vector", {}), st.get("mmr", {})
     moved = f"{mmr.get('before', 0)}->{mmr.get('after', 0)}" if mmr.get("before") else "-"
     cells = [_num(kw.get("order"), "d"), _num(r["text_score"]), _num(r["ranking_score"]), _num(kw.get("half")),
-             _num(r.get("vector_rank"), "d"), _num(r["vector_score"]), _num(r["content_score"]), _num(r["decay"]),
+             _num(r.get("vector_rank"), "d"), _num(r["vector_score"]), _num(vec.get("half")), _num(r["content_score"]),
+             _num(r["decay"]),
              _num(r["importance_mult"] * r["project_mult"], ".2f"), _num(r["score"]), moved]
     return [f"{c:>{w}}" for c, (_, w) in zip(cells, EXPLAIN_COLUMNS)]
 
@@ -88,9 +90,14 @@ def _format_explain(data: dict[str, Any]) -> str:
                      + (f" errors={fts['errors']}" if fts.get("errors") else ""))
     cands = data.get("candidates", {})
     lines.append(f"candidates: keyword {len(cands.get('keyword', []))}, vector {len(cands.get('vector', []))}")
-    lines.append(f"score parts (ranked order; fusion {(data.get('params') or {}).get('fusion', '-')}):")
+    fusion = (data.get("params") or {}).get("fusion", "-")
+    ranked = data.get("ranked") or []
+    if fusion == "weighted" and data.get("mode") == "hybrid" and ranked:
+        scale = ((ranked[0].get("stages") or {}).get("fusion") or {}).get("scale")
+        fusion += f", fused = {_num(scale)} x (vectorWeight x vec½ / best + textWeight x text½ / best)"
+    lines.append(f"score parts (ranked order; fusion {fusion}):")
     lines.append("  " + "  ".join(f"{h:>{w}}" for h, w in EXPLAIN_COLUMNS) + "  citation")
-    for r in data.get("ranked", [])[:40]:
+    for r in ranked[:40]:
         lines.append("  " + "  ".join(explain_cells(r)) + f"  {escape_control(r['citation'])}")
     timings = data.get("timings_ms") or {}
     if timings:
