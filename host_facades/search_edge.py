@@ -126,7 +126,12 @@ def request_from_wire(values: tuple[Any, ...]) -> SearchRequest:
 
 def reply_from_wire(values: tuple[Any, ...]) -> SearchReply:
     """The :class:`SearchReply` of :meth:`SearchReply.wire`'s values."""
-    return _reply_from_wire(*values)
+    mode, hits, tokenizer, revision, empty_index, keyword, vector, ranked, timings_ms = values
+    reply = _new(SearchReply)
+    _set_attr(reply, "__dict__", {
+        "mode": mode, "hits": hits, "tokenizer": tokenizer, "revision": revision, "empty_index": empty_index,
+        "keyword": keyword, "vector": vector, "ranked": ranked, "timings_ms": timings_ms})
+    return reply
 
 
 def _request_from_wire(*values: Any) -> SearchRequest:
@@ -137,13 +142,8 @@ def _request_from_wire(*values: Any) -> SearchRequest:
     return frozen_new(SearchRequest, named)
 
 
-def _reply_from_wire(mode: str, hits: tuple[tuple[Any, ...], ...], tokenizer: str, revision: int | None,
-                     empty_index: bool, keyword: dict[str, Any] | None, vector: tuple[dict[str, Any], ...] | None,
-                     ranked: tuple[dict[str, Any], ...], timings_ms: dict[str, float]) -> SearchReply:
-    # a dict display, not dict(zip(...)): this runs on the owner for every pooled search
-    return frozen_new(SearchReply, {
-        "mode": mode, "hits": hits, "tokenizer": tokenizer, "revision": revision, "empty_index": empty_index,
-        "keyword": keyword, "vector": vector, "ranked": ranked, "timings_ms": timings_ms})
+def _reply_from_wire(*values: Any) -> SearchReply:
+    return reply_from_wire(values)
 
 
 def frozen_new(cls: type[T], values: dict[str, Any]) -> T:

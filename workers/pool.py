@@ -104,28 +104,29 @@ class WorkerPool:
 
     def submit(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> TaskFuture:
         """Queue ``task_name(payload)``; the future holds the value or a typed Worker* error."""
-        return self._submit(task_name, payload, timeout_s, TaskFuture(self.scheduler.cancel))
+        future = TaskFuture(self.scheduler.cancel)
+        self._submit(task_name, payload, timeout_s, future, False)
+        return future
 
     def run(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> Any:
         """Submit and wait; returns the value or raises the typed error.
 
         The calling thread reads its task's reply channel itself (:mod:`workers.waiting`); the
         dispatcher still handles deadlines, idle retirement and deaths."""
-        future = self._submit(task_name, payload, timeout_s, RunResult())
-        task = future._task
-        if task is not None:
+        result = RunResult()
+        task = self._submit(task_name, payload, timeout_s, result, True)
+        if not result._done:  # admitted and not failed yet
             waiting.wait_for(self.scheduler, task)
-        return future.result()
+        return result.result()
 
-    def _submit(self, task_name: str, payload: Any, timeout_s: float | None, future: Any) -> Any:
+    def _submit(self, task_name: str, payload: Any, timeout_s: float | None, future: Any, waiter: bool) -> Task:
         tid = next(self._task_ids)
         data = task_frame(tid, task_name, payload)
         timeout = self.task_timeout_s if timeout_s is None else timeout_s
-        task = Task(tid, task_name, data, len(data), future, None, timeout,
-                    waiter=isinstance(future, RunResult))
+        task = Task(tid, task_name, data, len(data), future, None, timeout, waiter=waiter)
         for slot in self.scheduler.submit(task):
             self.scheduler.start(slot)
-        return future
+        return task
 
     def broadcast(self, control: str, payload: Any) -> int:
         """Send a control message (no reply) to every live worker; returns how many got it."""

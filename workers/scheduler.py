@@ -292,13 +292,15 @@ class Scheduler:
             return
         self._retire_task(task)
         fut = task.future
-        if fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            self.stats["completed"] += 1
-            fut.set_result(value)
+        if not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                self.stats["completed"] += 1
+                fut.set_result(value)
+        # the future and its task refer to each other: a cycle only the cyclic GC would free, and
+        # its collections, paid by the owner, came every few round trips
+        fut._task = None
 
     def cancel(self, task: Task) -> bool:
         """Cancel ``task``: dropped from the queue, or its worker ended when it runs. Takes the lock."""
@@ -322,6 +324,7 @@ class Scheduler:
     def _finish_cancelled(self, task: Task) -> None:
         self._retire_task(task)
         task.future.set_cancelled()
+        task.future._task = None
 
     # -- closing -----------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import _thread
 import time
 
 from workers.scheduler import Scheduler
+from workers.frames import read_frame
 from workers.slot import Slot, Task, decode_reply
 
 
@@ -63,7 +64,11 @@ def _read_channel(sched: Scheduler, slot: Slot, ch: int, task: Task) -> bool:
     data = None
     exited = False
     try:
-        data, exited = slot.wait_reply(ch, task.deadline)
+        if task.deadline is None:  # the common case, without wait_reply's call: block in read
+            data = read_frame(slot.channel_fds[ch])
+            exited = data is None
+        else:
+            data, exited = slot.wait_reply(ch, task.deadline)
     finally:
         to_start: list[Slot] = []
         # unpickled before taking the pool lock: the other callers wait less for it
@@ -83,5 +88,6 @@ def _read_channel(sched: Scheduler, slot: Slot, ch: int, task: Task) -> bool:
                 sched.wake()  # finished without its reply (it timed out waiting): the dispatcher reads it
             if sched.queue:
                 to_start = sched.dispatch()
-        sched.start_in_background(to_start)
+        if to_start:
+            sched.start_in_background(to_start)
     return done

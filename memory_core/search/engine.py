@@ -433,7 +433,7 @@ class SearchEngine:
                        details: bool, candidates_for: int | None = None) -> tuple[SearchRequest, SearchReply, float] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
-        if not self._identity_or_empty():
+        if self.identity_check is not None and not self._identity_or_empty():
             return None
         t0 = time.perf_counter()
         qvec = self._query_vector(q, query_vector) if want_vector else None
