@@ -85,7 +85,9 @@ class Scheduler:
     def submit(self, task: Task) -> list[Slot]:
         """Admit ``task`` (or fail its future: closed, over capacity) and hand it out; returns new
         slots the caller must start (unlocked, :meth:`start`). Takes the lock."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # not a with block: once per task, on the owner
+        try:
             if self.closing:
                 task.future.set_exception(WorkerUnavailable(f"worker pool {self.name!r} is closed"))
                 return []
@@ -98,18 +100,21 @@ class Scheduler:
                     f"{self.max_pending_bytes} bytes); retry later"))
                 return []
             task.deadline = time.monotonic() + task.timeout_s if task.timeout_s else None
-            task.future._task = task
+            if not task.waiter:
+                task.future._task = task  # for its cancel(); a run() caller's result needs none
             self.pending_tasks += 1
             self.pending_bytes += task.nbytes
             self.queue.append(task)
             to_start = self.dispatch()
-            if (task.waiter and task.slot is not None and not task.slot.gone
-                    and task.channel not in task.slot.reading):
+            slot = task.slot
+            if task.waiter and slot is not None and not slot.gone and task.channel not in slot.reading:
                 # sent at once: the caller reads its channel from here, without a second lock round
-                task.slot.reading.add(task.channel)
-                task.claimed = (task.slot, task.channel)
+                slot.reading.add(task.channel)
+                task.claimed = (slot, task.channel)
             if task.deadline is not None and task.deadline < self.wake.at:
                 self.wake()
+        finally:
+            lock.release()
         return to_start
 
     def new_slots(self, want: int) -> list[Slot]:

@@ -73,7 +73,9 @@ def _read_channel(sched: Scheduler, slot: Slot, ch: int, task: Task) -> bool:
         to_start: list[Slot] = []
         # unpickled before taking the pool lock: the other callers wait less for it
         msg = None if data is None else decode_reply(data)
-        with sched.lock:
+        lock = sched.lock
+        lock.acquire()  # not a with block: once per round trip
+        try:
             slot.reading.discard(ch)
             if msg is not None and slot.state != "dead":
                 if isinstance(msg, BaseException):
@@ -88,6 +90,8 @@ def _read_channel(sched: Scheduler, slot: Slot, ch: int, task: Task) -> bool:
                 sched.wake()  # finished without its reply (it timed out waiting): the dispatcher reads it
             if sched.queue:
                 to_start = sched.dispatch()
+        finally:
+            lock.release()
         if to_start:
             sched.start_in_background(to_start)
     return done

@@ -184,7 +184,7 @@ class SearchEngine:
         self.provider = provider
         self.identity_check = identity_check
         self.on_empty_index = on_empty_index
-        self._now_ms = now_ms or (lambda: time.time() * 1000.0)
+        self._now_ms = now_ms  # None: the wall clock (read inline in _request)
         # memory-core's OR probe in the conversational fallback (fts_search.keyword_search_with_fallback);
         # False reproduces upstream's per-keyword probes only (benchmarks compare both).
         self.or_fallback = True
@@ -322,6 +322,7 @@ class SearchEngine:
         """The :class:`~host_facades.search_edge.SearchRequest` of one search (``settings``: the
         search's :meth:`_settings`, when it has them already)."""
         st = settings or self._settings()
+        now_ms = self._now_ms
         n = candidates_for or mr
         candidates = (st.default_candidates if st.defaults is not None and n == st.defaults[0]
                       else candidate_count(n, st.candidate_multiplier))
@@ -329,7 +330,7 @@ class SearchEngine:
             "query": q, "candidates": candidates, "max_results": mr,
             "min_score": ms, "sources": srcs, "model": getattr(self.provider, "model", None), "backend": st.backend,
             "or_fallback": self.or_fallback, "want_keyword": st.hybrid_enabled or not want_vector, "qvec": qvec,
-            "ranking": st.ranking, "now_ms": float(self._now_ms()),
+            "ranking": st.ranking, "now_ms": time.time() * 1000.0 if now_ms is None else float(now_ms()),
             "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
             "probe_content": probe_content, "details": details})
 
