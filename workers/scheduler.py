@@ -160,20 +160,15 @@ class Scheduler:
                 if slot is None:
                     break
             task = self.queue.popleft()
-            if not self._send(slot, task):
+            if not slot.send(task):
                 self.queue.appendleft(task)  # the worker is going; its death is handled by the dispatcher
+                self.wake()
                 break
+            if not task.waiter:
+                self.wake()  # nobody reads this reply in run(): the dispatcher must watch the channel
+            elif task.signal is not None:
+                task.signal_waiter()
         return to_start
-
-    def _send(self, slot: Slot, task: Task) -> bool:
-        if not slot.send(task):
-            self.wake()
-            return False
-        if not task.waiter:
-            self.wake()  # nobody reads this reply in run(): the dispatcher must watch the channel
-        elif task.signal is not None:
-            task.signal_waiter()
-        return True
 
     # -- workers starting, retiring, dying ---------------------------------------------------------
 
@@ -281,8 +276,12 @@ class Scheduler:
             if self.idle_timeout_s and now + self.idle_timeout_s < self.wake.at:
                 self.wake()
 
-    def _retire_task(self, task: Task) -> None:
-        """Mark ``task`` done and release its admission budget."""
+    def finish(self, task: Task, *, value: Any = None, exc: BaseException | None = None,
+               cancelled: bool = False) -> None:
+        """Mark ``task`` done, release its admission budget and set its outcome: ``value``, ``exc``
+        or (``cancelled``) its future cancelled."""
+        if task.done:
+            return
         task.done = True
         task.data = b""
         self.pending_tasks -= 1
@@ -291,13 +290,10 @@ class Scheduler:
             self._drained.notify_all()
         if task.signal is not None:
             task.signal_waiter()
-
-    def finish(self, task: Task, *, value: Any = None, exc: BaseException | None = None) -> None:
-        if task.done:
-            return
-        self._retire_task(task)
         fut = task.future
-        if not fut.done():
+        if cancelled:
+            fut.set_cancelled()
+        elif not fut.done():
             if exc is not None:
                 fut.set_exception(exc)
             else:
@@ -315,21 +311,16 @@ class Scheduler:
             self.stats["cancelled"] += 1
             if task in self.queue:
                 self.queue.remove(task)
-                self._finish_cancelled(task)
+                self.finish(task, cancelled=True)
                 return True
             slot = task.slot
-            self._finish_cancelled(task)
+            self.finish(task, cancelled=True)
             if slot is None or slot.task is not task:
                 return True  # not started: it runs later and its reply is dropped
             self.requeue_unstarted(slot)
             slot.kill()
             self.wake()
             return True
-
-    def _finish_cancelled(self, task: Task) -> None:
-        self._retire_task(task)
-        task.future.set_cancelled()
-        task.future._task = None
 
     # -- closing -----------------------------------------------------------------------------------
 
