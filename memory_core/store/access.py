@@ -68,7 +68,8 @@ def typed(err: DatabaseUnreadable) -> IndexUnreadable:
 class index_errors:  # noqa: N801 - used as ``with index_errors(path):``, like a function
     """Turn SQLite's "not a database"/"malformed" and a failed open in an unwritable folder, raised
     while using ``db_path``, into :class:`IndexCorrupt` / :class:`StateDirNotWritable`. A class,
-    not a generator context manager: every search enters it, and this costs the owner less."""
+    not a generator context manager: it costs its callers less (the hottest, ``SearchEngine.search``,
+    catches the error itself and calls :func:`raise_index_error`)."""
 
     __slots__ = ("db_path",)
 
