@@ -50,13 +50,20 @@ class SearchRequest:
     probe_content: bool = False
     details: bool = False
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # one global and plain values on the pipe: a dataclass's default pickle (class, copyreg
-        # and numpy globals, a state dict per object) cost the owner more than the rest of its work
+    def wire(self) -> tuple[Any, ...]:
+        """The request as plain values (``qvec`` as its BLOB, ``ranking`` as a tuple): what the
+        pooled owner sends, since a pickled global costs more than the rest of the frame;
+        :func:`request_from_wire` is its inverse."""
         values = list(_request_values(self))
-        values[_QVEC] = None if self.qvec is None else encode_vector(self.qvec)
-        values[_RANKING] = _ranking_values(self.ranking)
-        return _request_from_wire, tuple(values)
+        if values[_QVEC] is not None:
+            values[_QVEC] = encode_vector(values[_QVEC])
+        values[_RANKING] = _ranking_wire(values[_RANKING])
+        return tuple(values)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # one global and plain values: a dataclass's default pickle (class, copyreg and numpy
+        # globals, a state dict per object) costs many times more
+        return _request_from_wire, self.wire()
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,10 @@ class SearchReply:
     ranked: tuple[dict[str, Any], ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
 
+    def wire(self) -> tuple[Any, ...]:
+        """The reply as plain values, in field order; :func:`reply_from_wire` is its inverse."""
+        return _reply_values(self)
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _reply_from_wire, _reply_values(self)
 
@@ -92,6 +103,37 @@ _reply_values = attrgetter(*_REPLY_FIELDS)
 _ranking_values = attrgetter(*_RANKING_FIELDS)
 
 
+# the last RankingOptions sent and its values: one configuration's object serves every search
+_last_ranking: tuple[RankingOptions, tuple[Any, ...]] = (DEFAULT_RANKING, _ranking_values(DEFAULT_RANKING))
+
+
+def _ranking_wire(options: RankingOptions) -> tuple[Any, ...]:
+    global _last_ranking
+    last = _last_ranking
+    if last[0] is options:
+        return last[1]
+    values = _ranking_values(options)
+    _last_ranking = options, values
+    return values
+
+
+def request_from_wire(values: tuple[Any, ...]) -> SearchRequest:
+    """The :class:`SearchRequest` of :meth:`SearchRequest.wire`'s values."""
+    if len(values) != len(_REQUEST_FIELDS):
+        raise ValueError(f"a SearchRequest's wire form has {len(_REQUEST_FIELDS)} values, got {len(values)}")
+    return _request_from_wire(*values)
+
+
+def reply_from_wire(values: tuple[Any, ...]) -> SearchReply:
+    """The :class:`SearchReply` of :meth:`SearchReply.wire`'s values."""
+    mode, hits, tokenizer, revision, empty_index, keyword, vector, ranked, timings_ms = values
+    reply = _new(SearchReply)
+    _set_attr(reply, "__dict__", {
+        "mode": mode, "hits": hits, "tokenizer": tokenizer, "revision": revision, "empty_index": empty_index,
+        "keyword": keyword, "vector": vector, "ranked": ranked, "timings_ms": timings_ms})
+    return reply
+
+
 def _request_from_wire(*values: Any) -> SearchRequest:
     named = dict(zip(_REQUEST_FIELDS, values))
     qvec = named["qvec"]
@@ -100,13 +142,8 @@ def _request_from_wire(*values: Any) -> SearchRequest:
     return frozen_new(SearchRequest, named)
 
 
-def _reply_from_wire(mode: str, hits: tuple[tuple[Any, ...], ...], tokenizer: str, revision: int | None,
-                     empty_index: bool, keyword: dict[str, Any] | None, vector: tuple[dict[str, Any], ...] | None,
-                     ranked: tuple[dict[str, Any], ...], timings_ms: dict[str, float]) -> SearchReply:
-    # a dict display, not dict(zip(...)): this runs on the owner for every pooled search
-    return frozen_new(SearchReply, {
-        "mode": mode, "hits": hits, "tokenizer": tokenizer, "revision": revision, "empty_index": empty_index,
-        "keyword": keyword, "vector": vector, "ranked": ranked, "timings_ms": timings_ms})
+def _reply_from_wire(*values: Any) -> SearchReply:
+    return reply_from_wire(values)
 
 
 def frozen_new(cls: type[T], values: dict[str, Any]) -> T:

@@ -14,6 +14,8 @@ VECTOR_DTYPE = np.dtype("<f4")
 
 def encode_vector(vector: "np.ndarray | list[float]") -> bytes:
     """Encode a vector as little-endian float32 bytes (never native byte order)."""
+    if type(vector) is np.ndarray and vector.dtype is VECTOR_DTYPE and vector.ndim == 1:
+        return vector.tobytes()  # already in the format (every pooled vector search's query vector)
     return np.asarray(vector, dtype=VECTOR_DTYPE).reshape(-1).tobytes()
 
 

@@ -30,6 +30,8 @@ from typing import Any
 from memory_core.errors import CursorExpired, MemoryCoreError
 
 DEFAULT_CURSOR_TTL_S = 60.0
+_UNBOUND = (None, None)
+_new = object.__new__
 MAX_GENERATION_RETRIES = 3
 
 
@@ -96,10 +98,21 @@ class GenerationLeases:
     def acquire_unbound(self, leased_of: str | None) -> tuple[Lease, list[int]]:
         """An unbound lease plus the sorted revisions of ``leased_of`` that live leases hold,
         read under the same lock (what a worker must keep while the new lease is open)."""
-        lease = Lease(self, None, None)
-        with self._lock:
-            self._counts[(None, None)] = self._counts.get((None, None), 0) + 1
-            keep = sorted(self._leased_locked(leased_of)) if leased_of is not None else []
+        # Lease(self, None, None) without the call of its __init__, and the lock without a with
+        # block: every pooled search takes one, on the owner
+        lease = _new(Lease)
+        lease._registry = self
+        lease.db_id = lease.revision = None
+        lease._released = False
+        lock = self._lock
+        lock.acquire()
+        try:
+            counts = self._counts
+            counts[_UNBOUND] = counts.get(_UNBOUND, 0) + 1
+            # only unbound leases live (the steady state without cursors): nothing more to keep
+            keep = sorted(self._leased_locked(leased_of)) if leased_of is not None and len(counts) > 1 else []
+        finally:
+            lock.release()
         return lease, keep
 
     def _rebind(self, lease: Lease, db_id: str | None, revision: int) -> None:
@@ -124,17 +137,27 @@ class GenerationLeases:
         self._notify(fire)
 
     def _settle(self, lease: Lease, db_id: str | None, revision: int, notify: bool = True) -> None:
-        fire = None
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not a with block: once per pooled search
+        try:
             if lease._released:
                 return
             lease._released = True
-            fire = self._decrement((lease.db_id, lease.revision))
-            if (notify and fire is None and db_id is not None and (lease.db_id, lease.revision) != (db_id, revision)
+            key = (lease.db_id, lease.revision)
+            n = self._counts.get(key, 0) - 1
+            if n > 0:  # other leases share the key: no last release (inline, the common case)
+                self._counts[key] = n
+                fire = None
+            else:
+                fire = self._decrement(key)
+            if (notify and fire is None and db_id is not None and key != (db_id, revision)
                     and (db_id, revision) not in self._counts):
                 fire = db_id, revision, self._leased_locked(db_id)  # as a bind + the last release
             lease.db_id, lease.revision = db_id, revision
-        self._notify(fire)
+        finally:
+            lock.release()
+        if fire is not None:
+            self._notify(fire)
 
     def _decrement(self, key: tuple[str | None, int | None]) -> tuple[str, int, set[int]] | None:
         n = self._counts.get(key, 0) - 1

@@ -448,3 +448,26 @@ def test_broadcasts_to_a_busy_worker_never_block_the_pool():
         assert p.broadcast("retain", {"db_id": "x", "keep": []}) == 1  # an idle worker: sent
     finally:
         p.close(drain=False)
+
+
+def test_a_task_the_pool_builds_has_every_field_of_task():
+    import dataclasses
+
+    from workers.futures import RunResult
+    from workers.slot import Task
+
+    p = WorkerPool("retrieval", 1, idle_timeout_s=None)
+    p.close()
+    result = RunResult()
+    task = p._submit("ping", 1, 2.5, result, True)  # refused by the closed pool, built all the same
+    expected = Task(task.id, "ping", task.data, len(task.data), result, None, 2.5, waiter=True)
+    assert [getattr(task, f.name) for f in dataclasses.fields(Task)] == [
+        getattr(expected, f.name) for f in dataclasses.fields(Task)]
+    assert isinstance(result._exc, WorkerUnavailable)
+
+
+def test_a_finished_task_lets_go_of_its_future(pool):
+    # else each round trip left a cycle (future <-> task) for the cyclic GC
+    futures = [pool.submit("ping", i) for i in range(3)]
+    assert [f.result(timeout=10) for f in futures] == [0, 1, 2]
+    assert wait_for(lambda: all(f._task is None for f in futures), step=0.01)

@@ -25,15 +25,19 @@ import struct
 FRAME_HEADER = struct.Struct("!QB")
 NO_REPLY = 255
 _SMALL_FRAME = 1 << 16
+_HEADER_SIZE = FRAME_HEADER.size
+_pack_header = FRAME_HEADER.pack
+_unpack_header = FRAME_HEADER.unpack_from
 
 
 def write_frame(fd: int, data: bytes, channel: int = 0) -> None:
     """Write one frame (blocking); small frames go out in one ``write``."""
-    header = FRAME_HEADER.pack(len(data), channel)
-    if len(data) <= _SMALL_FRAME:
+    size = len(data)
+    header = _pack_header(size, channel)
+    if size <= _SMALL_FRAME:
         frame = header + data
         n = os.write(fd, frame)
-        if n < len(frame):
+        if n < size + _HEADER_SIZE:
             _write_all(fd, memoryview(frame)[n:])
     else:
         _write_all(fd, memoryview(header))
@@ -45,28 +49,32 @@ def _write_all(fd: int, view: memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def read_frame(fd: int) -> memoryview | None:
+def read_frame(fd: int) -> bytes | memoryview | None:
     """The payload of the one frame on a reply channel; None at end of file (the worker exited)
     or when the channel was closed."""
     try:
-        buf = os.read(fd, _SMALL_FRAME + FRAME_HEADER.size)
+        buf = os.read(fd, _SMALL_FRAME + _HEADER_SIZE)
+        n = len(buf)
+        # the common case first: the whole frame came in one read (a copy costs less than a view)
+        if n >= _HEADER_SIZE and n == _HEADER_SIZE + _unpack_header(buf)[0]:
+            return buf[_HEADER_SIZE:]
         if not buf:
             return None
-        while len(buf) < FRAME_HEADER.size:
+        while len(buf) < _HEADER_SIZE:
             more = os.read(fd, _SMALL_FRAME)
             if not more:
                 return None
             buf += more
-        total = FRAME_HEADER.size + FRAME_HEADER.unpack_from(buf)[0]
+        total = _HEADER_SIZE + _unpack_header(buf)[0]
         if len(buf) == total:
-            return memoryview(buf)[FRAME_HEADER.size:]
+            return buf[_HEADER_SIZE:]
         parts = bytearray(buf)
         while len(parts) < total:
             more = os.read(fd, min(total - len(parts), 1 << 22))
             if not more:
                 return None
             parts += more
-        return memoryview(parts)[FRAME_HEADER.size:]
+        return memoryview(parts)[_HEADER_SIZE:]
     except OSError:
         return None
 

@@ -32,13 +32,11 @@ class RunResult:
     """The outcome slot of a ``run()`` task: a future's set/get without its condition variable
     (the waiting caller reads it after seeing ``task.done`` under the pool lock)."""
 
-    __slots__ = ("_task", "_value", "_exc", "_done")
-
-    def __init__(self) -> None:
-        self._task: Any = None
-        self._value: Any = None
-        self._exc: BaseException | None = None
-        self._done = False
+    # class-level defaults instead of an ``__init__``: one is made per round trip
+    _task: Any = None
+    _value: Any = None
+    _exc: BaseException | None = None
+    _done = False
 
     def done(self) -> bool:
         return self._done

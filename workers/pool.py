@@ -41,6 +41,7 @@ DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
 INDEXING_MAX_PENDING_BYTES = 256 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60.0
 MAX_PIPELINE_DEPTH = 8
+_new = object.__new__
 
 
 class WorkerPool:
@@ -104,28 +105,37 @@ class WorkerPool:
 
     def submit(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> TaskFuture:
         """Queue ``task_name(payload)``; the future holds the value or a typed Worker* error."""
-        return self._submit(task_name, payload, timeout_s, TaskFuture(self.scheduler.cancel))
+        future = TaskFuture(self.scheduler.cancel)
+        self._submit(task_name, payload, timeout_s, future, False)
+        return future
 
     def run(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> Any:
         """Submit and wait; returns the value or raises the typed error.
 
         The calling thread reads its task's reply channel itself (:mod:`workers.waiting`); the
         dispatcher still handles deadlines, idle retirement and deaths."""
-        future = self._submit(task_name, payload, timeout_s, RunResult())
-        task = future._task
-        if task is not None:
+        result = RunResult()
+        task = self._submit(task_name, payload, timeout_s, result, True)
+        if not result._done:  # admitted and not failed yet
             waiting.wait_for(self.scheduler, task)
-        return future.result()
+        if result._exc is not None:  # RunResult.result() without its call
+            raise result._exc
+        return result._value
 
-    def _submit(self, task_name: str, payload: Any, timeout_s: float | None, future: Any) -> Any:
+    def _submit(self, task_name: str, payload: Any, timeout_s: float | None, future: Any, waiter: bool) -> Task:
         tid = next(self._task_ids)
         data = task_frame(tid, task_name, payload)
         timeout = self.task_timeout_s if timeout_s is None else timeout_s
-        task = Task(tid, task_name, data, len(data), future, None, timeout,
-                    waiter=isinstance(future, RunResult))
+        # Task(tid, task_name, data, len(data), future, None, timeout, waiter=waiter) without the
+        # keyword call of the dataclass __init__, which costs the owner more than these stores
+        task = _new(Task)
+        task.id, task.name, task.data, task.nbytes, task.future = tid, task_name, data, len(data), future
+        task.deadline, task.timeout_s, task.waiter = None, timeout, waiter
+        task.slot = task.channel = task.signal = task.claimed = None
+        task.done = False
         for slot in self.scheduler.submit(task):
             self.scheduler.start(slot)
-        return future
+        return task
 
     def broadcast(self, control: str, payload: Any) -> int:
         """Send a control message (no reply) to every live worker; returns how many got it."""

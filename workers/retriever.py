@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from host_facades.search_edge import SearchReply, SearchRequest
+from host_facades.search_edge import SearchReply, SearchRequest, reply_from_wire
 from host_facades.vector_cache import prune_shared
 from memory_core.generations import GenerationLeases
 from workers.inline import InlinePool
@@ -53,18 +53,20 @@ class PooledRetriever:
         worker) on one leased generation; an absent database answers ``empty_index``."""
         lease, keep = self.leases.acquire_unbound(self.current_db_id)
         try:
-            payload = {"db_path": self.db_path, "keep": keep, "req": req}
+            # plain values both ways: typed objects only on each side of the pipe
+            payload = {"db_path": self.db_path, "keep": keep, "req": req.wire()}
             db_id, revision, reply = self.pool.run("search", payload, timeout_s=timeout_s or self.timeout_s)
             if db_id is None:
                 return SearchReply(mode="empty", revision=revision, empty_index=True)
             self._read(lease, db_id, revision)
-            return reply
+            return reply_from_wire(reply)
         finally:
             lease.release()
 
     def _read(self, lease: Any, db_id: str, revision: int) -> None:
         """The task read generation ``revision`` of ``db_id`` and is done with it."""
-        self._saw(db_id, revision)
+        if self.current_db_id != db_id or self.current.get(db_id, -1) < revision:  # else nothing new
+            self._saw(db_id, revision)
         # the current generation is never dropped, so only an older one needs the last-release call
         lease.settle(db_id, revision, notify=revision != self.current.get(db_id))
 

@@ -85,7 +85,9 @@ class Scheduler:
     def submit(self, task: Task) -> list[Slot]:
         """Admit ``task`` (or fail its future: closed, over capacity) and hand it out; returns new
         slots the caller must start (unlocked, :meth:`start`). Takes the lock."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # not a with block: once per task, on the owner
+        try:
             if self.closing:
                 task.future.set_exception(WorkerUnavailable(f"worker pool {self.name!r} is closed"))
                 return []
@@ -98,18 +100,21 @@ class Scheduler:
                     f"{self.max_pending_bytes} bytes); retry later"))
                 return []
             task.deadline = time.monotonic() + task.timeout_s if task.timeout_s else None
-            task.future._task = task
+            if not task.waiter:
+                task.future._task = task  # for its cancel(); a run() caller's result needs none
             self.pending_tasks += 1
             self.pending_bytes += task.nbytes
             self.queue.append(task)
             to_start = self.dispatch()
-            if (task.waiter and task.slot is not None and not task.slot.gone
-                    and task.channel not in task.slot.reading):
+            slot = task.slot
+            if task.waiter and slot is not None and not slot.gone and task.channel not in slot.reading:
                 # sent at once: the caller reads its channel from here, without a second lock round
-                task.slot.reading.add(task.channel)
-                task.claimed = (task.slot, task.channel)
+                slot.reading.add(task.channel)
+                task.claimed = (slot, task.channel)
             if task.deadline is not None and task.deadline < self.wake.at:
                 self.wake()
+        finally:
+            lock.release()
         return to_start
 
     def new_slots(self, want: int) -> list[Slot]:
@@ -155,20 +160,15 @@ class Scheduler:
                 if slot is None:
                     break
             task = self.queue.popleft()
-            if not self._send(slot, task):
+            if not slot.send(task):
                 self.queue.appendleft(task)  # the worker is going; its death is handled by the dispatcher
+                self.wake()
                 break
+            if not task.waiter:
+                self.wake()  # nobody reads this reply in run(): the dispatcher must watch the channel
+            elif task.signal is not None:
+                task.signal_waiter()
         return to_start
-
-    def _send(self, slot: Slot, task: Task) -> bool:
-        if not slot.send(task):
-            self.wake()
-            return False
-        if not task.waiter:
-            self.wake()  # nobody reads this reply in run(): the dispatcher must watch the channel
-        elif task.signal is not None:
-            task.signal_waiter()
-        return True
 
     # -- workers starting, retiring, dying ---------------------------------------------------------
 
@@ -276,8 +276,12 @@ class Scheduler:
             if self.idle_timeout_s and now + self.idle_timeout_s < self.wake.at:
                 self.wake()
 
-    def _retire_task(self, task: Task) -> None:
-        """Mark ``task`` done and release its admission budget."""
+    def finish(self, task: Task, *, value: Any = None, exc: BaseException | None = None,
+               cancelled: bool = False) -> None:
+        """Mark ``task`` done, release its admission budget and set its outcome: ``value``, ``exc``
+        or (``cancelled``) its future cancelled."""
+        if task.done:
+            return
         task.done = True
         task.data = b""
         self.pending_tasks -= 1
@@ -286,19 +290,18 @@ class Scheduler:
             self._drained.notify_all()
         if task.signal is not None:
             task.signal_waiter()
-
-    def finish(self, task: Task, *, value: Any = None, exc: BaseException | None = None) -> None:
-        if task.done:
-            return
-        self._retire_task(task)
         fut = task.future
-        if fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            self.stats["completed"] += 1
-            fut.set_result(value)
+        if cancelled:
+            fut.set_cancelled()
+        elif not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                self.stats["completed"] += 1
+                fut.set_result(value)
+        # the future and its task refer to each other: a cycle only the cyclic GC would free, and
+        # its collections, paid by the owner, came every few round trips
+        fut._task = None
 
     def cancel(self, task: Task) -> bool:
         """Cancel ``task``: dropped from the queue, or its worker ended when it runs. Takes the lock."""
@@ -308,20 +311,16 @@ class Scheduler:
             self.stats["cancelled"] += 1
             if task in self.queue:
                 self.queue.remove(task)
-                self._finish_cancelled(task)
+                self.finish(task, cancelled=True)
                 return True
             slot = task.slot
-            self._finish_cancelled(task)
+            self.finish(task, cancelled=True)
             if slot is None or slot.task is not task:
                 return True  # not started: it runs later and its reply is dropped
             self.requeue_unstarted(slot)
             slot.kill()
             self.wake()
             return True
-
-    def _finish_cancelled(self, task: Task) -> None:
-        self._retire_task(task)
-        task.future.set_cancelled()
 
     # -- closing -----------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from host_facades.chunk_rows import read_chunks
-from host_facades.search_edge import SearchReply, SearchRequest
+from host_facades.search_edge import SearchReply, SearchRequest, request_from_wire
 from host_facades.vector_cache import DerivedStateCache
 from host_facades.sqlite_read import (
     SQLITE_IDLE_HANDLE_TTL_S,
@@ -241,11 +241,16 @@ def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchRe
 
     payload: ``db_path``, ``keep`` (as for ``retrieve``) and ``req``, a
     :class:`~host_facades.search_edge.SearchRequest`. Returns ``(db_id, revision, reply)``;
-    ``(None, 0, None)`` when the database file does not exist."""
+    ``(None, 0, None)`` when the database file does not exist. A request in its wire form
+    (:meth:`~host_facades.search_edge.SearchRequest.wire`, what the pooled owner sends) is answered
+    in the reply's (:meth:`~host_facades.search_edge.SearchReply.wire`)."""
     from host_facades.search_run import run_search
 
     req = payload.get("req")
-    if not isinstance(req, SearchRequest):
+    wire = type(req) is tuple
+    if wire:
+        req = request_from_wire(req)
+    elif not isinstance(req, SearchRequest):
         raise TaskError("InvalidRequest", "invalid_request",
                         f"the search task takes a host_facades.search_edge.SearchRequest as 'req', "
                         f"got {type(req).__name__}")
@@ -254,7 +259,8 @@ def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchRe
         def vector_state(conn, model):
             return ctx.cache.get_or_build(conn, (db_id, revision, model_key(model)))
 
-        return db_id, revision, run_search(conn, req, revision=revision, vector_state=vector_state, db_id=db_id)
+        reply = run_search(conn, req, revision=revision, vector_state=vector_state, db_id=db_id)
+        return db_id, revision, reply.wire() if wire else reply
 
     done = _on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads)
     return (None, 0, None) if done is None else done

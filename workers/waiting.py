@@ -11,6 +11,7 @@ import _thread
 import time
 
 from workers.scheduler import Scheduler
+from workers.frames import read_frame
 from workers.slot import Slot, Task, decode_reply
 
 
@@ -63,12 +64,18 @@ def _read_channel(sched: Scheduler, slot: Slot, ch: int, task: Task) -> bool:
     data = None
     exited = False
     try:
-        data, exited = slot.wait_reply(ch, task.deadline)
+        if task.deadline is None:  # the common case, without wait_reply's call: block in read
+            data = read_frame(slot.channel_fds[ch])
+            exited = data is None
+        else:
+            data, exited = slot.wait_reply(ch, task.deadline)
     finally:
         to_start: list[Slot] = []
         # unpickled before taking the pool lock: the other callers wait less for it
         msg = None if data is None else decode_reply(data)
-        with sched.lock:
+        lock = sched.lock
+        lock.acquire()  # not a with block: once per round trip
+        try:
             slot.reading.discard(ch)
             if msg is not None and slot.state != "dead":
                 if isinstance(msg, BaseException):
@@ -83,5 +90,8 @@ def _read_channel(sched: Scheduler, slot: Slot, ch: int, task: Task) -> bool:
                 sched.wake()  # finished without its reply (it timed out waiting): the dispatcher reads it
             if sched.queue:
                 to_start = sched.dispatch()
-        sched.start_in_background(to_start)
+        finally:
+            lock.release()
+        if to_start:
+            sched.start_in_background(to_start)
     return done

@@ -33,7 +33,7 @@ from host_facades.vector_cache import process_state
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
 from memory_core.search.types import SearchHit, hits_from_reply
-from memory_core.store.access import index_errors
+from memory_core.store.access import index_errors, raise_index_error
 from memory_core.store.reader import CachedReader
 from memory_core.validation import search_numbers
 
@@ -121,6 +121,7 @@ class _Settings:
     ranking: ranking.RankingOptions  # without this search's now_ms / active_project_keys
     # (max_results, min_score) validated, when the configured defaults are valid (else None)
     defaults: tuple[int, float] | None = None
+    default_candidates: int = 0  # candidate_count of the default max_results (with ``defaults``)
 
 
 def _settings_of(c: MemoryCoreConfig) -> _Settings:
@@ -130,10 +131,12 @@ def _settings_of(c: MemoryCoreConfig) -> _Settings:
         defaults: tuple[int, float] | None = search_numbers(q.max_results, q.min_score)
     except InvalidRequest:
         defaults = None  # reported by every search that relies on them (_validate_numbers)
+    multiplier = float(h.candidate_multiplier)
     return _Settings(
         max_results=q.max_results, min_score=q.min_score, defaults=defaults,
+        default_candidates=candidate_count(defaults[0], multiplier) if defaults is not None else 0,
         sources=tuple(c.sources) or ("memory",), provider=str(c.provider), hybrid_enabled=bool(h.enabled),
-        candidate_multiplier=float(h.candidate_multiplier), backend=str(c.store.vector.backend),
+        candidate_multiplier=multiplier, backend=str(c.store.vector.backend),
         ranking=ranking.RankingOptions(
             vector_weight=float(h.vector_weight), text_weight=float(h.text_weight), fusion=str(h.fusion),
             rrf_k=int(h.rrf_k), mmr_enabled=bool(h.mmr.enabled), mmr_lambda=float(h.mmr.lambda_),
@@ -181,7 +184,7 @@ class SearchEngine:
         self.provider = provider
         self.identity_check = identity_check
         self.on_empty_index = on_empty_index
-        self._now_ms = now_ms or (lambda: time.time() * 1000.0)
+        self._now_ms = now_ms  # None: the wall clock (read inline in _request)
         # memory-core's OR probe in the conversational fallback (fts_search.keyword_search_with_fallback);
         # False reproduces upstream's per-keyword probes only (benchmarks compare both).
         self.or_fallback = True
@@ -200,9 +203,10 @@ class SearchEngine:
         self._settings_cache = (self.config, settings)
         return settings
 
-    def _sources(self, sources: Sequence[str] | str | None) -> tuple[str, ...]:
+    @staticmethod
+    def _sources(st: _Settings, sources: Sequence[str] | str | None) -> tuple[str, ...]:
         if sources is None:
-            return self._settings().sources
+            return st.sources
         if isinstance(sources, str):
             sources = [s.strip() for s in sources.split(",") if s.strip()]
         bad = [s for s in sources if s not in VALID_SOURCES]
@@ -246,11 +250,14 @@ class SearchEngine:
     ) -> list[SearchHit]:
         """Search the index; ``[]`` for an empty query (spec §6.1). An index file that is not a
         readable database raises :class:`~memory_core.errors.IndexCorrupt`."""
-        with index_errors(self.db_path):
+        try:
             done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector, details=False,
             )
+        except BaseException as exc:
+            raise_index_error(self.db_path, exc)
+            raise
         return [] if done is None else hits_from_reply(done[1])
 
     def explain(self, query: str, **kwargs: Any) -> SearchDetails:
@@ -277,8 +284,8 @@ class SearchEngine:
                 "run `memory-core index --force`"
             )
 
-    def _validate_numbers(self, max_results: Any, min_score: Any) -> tuple[int, float]:
-        st = self._settings()
+    @staticmethod
+    def _validate_numbers(st: _Settings, max_results: Any, min_score: Any) -> tuple[int, float]:
         if max_results is None and min_score is None and st.defaults is not None:
             return st.defaults
         return _checked_numbers(max_results, min_score, st.max_results, st.min_score)
@@ -310,14 +317,20 @@ class SearchEngine:
 
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
-                 probe_content: bool, candidates_for: int | None = None) -> SearchRequest:
-        """The :class:`~host_facades.search_edge.SearchRequest` of one search."""
-        st = self._settings()
+                 probe_content: bool, candidates_for: int | None = None,
+                 settings: _Settings | None = None) -> SearchRequest:
+        """The :class:`~host_facades.search_edge.SearchRequest` of one search (``settings``: the
+        search's :meth:`_settings`, when it has them already)."""
+        st = settings or self._settings()
+        now_ms = self._now_ms
+        n = candidates_for or mr
+        candidates = (st.default_candidates if st.defaults is not None and n == st.defaults[0]
+                      else candidate_count(n, st.candidate_multiplier))
         return frozen_new(SearchRequest, {
-            "query": q, "candidates": candidate_count(candidates_for or mr, st.candidate_multiplier), "max_results": mr,
+            "query": q, "candidates": candidates, "max_results": mr,
             "min_score": ms, "sources": srcs, "model": getattr(self.provider, "model", None), "backend": st.backend,
             "or_fallback": self.or_fallback, "want_keyword": st.hybrid_enabled or not want_vector, "qvec": qvec,
-            "ranking": st.ranking, "now_ms": float(self._now_ms()),
+            "ranking": st.ranking, "now_ms": time.time() * 1000.0 if now_ms is None else float(now_ms()),
             "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
             "probe_content": probe_content, "details": details})
 
@@ -353,17 +366,19 @@ class SearchEngine:
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
         q = query.strip()
-        try:
-            q.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates (e.g. undecodable bytes from argv): SQLite takes UTF-8
-            q = q.encode("utf-8", "replace").decode("utf-8")
-        mr, ms = self._validate_numbers(max_results, min_score)
+        if not q.isascii():
+            try:
+                q.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates (e.g. undecodable bytes from argv): SQLite takes UTF-8
+                q = q.encode("utf-8", "replace").decode("utf-8")
+        st = self._settings()
+        mr, ms = self._validate_numbers(st, max_results, min_score)
         if candidates_for is not None:
             candidates_for = min(mr, max(1, int(candidates_for)))
-        srcs = self._sources(sources)
+        srcs = self._sources(st, sources)
         if not q:
             return None
-        provider_name = self._settings().provider
+        provider_name = st.provider
         if self.provider is None and provider_name != "none" and query_vector is None and not lexical_only:
             raise ProviderUnavailable(
                 f"Memory search unavailable: embedding provider {provider_name!r} is configured but not available; "
@@ -371,7 +386,7 @@ class SearchEngine:
             )
         want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
         if self.retriever is not None:
-            return self._search_pooled(q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
+            return self._search_pooled(st, q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
                                        active_project_keys=active_project_keys, details=details,
                                        candidates_for=candidates_for)
         with self._lock:
@@ -389,7 +404,7 @@ class SearchEngine:
             qvec = self._query_vector(q, query_vector) if want_vector else None
             req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                                 active_project_keys=active_project_keys, details=details, probe_content=False,
-                                candidates_for=candidates_for)
+                                candidates_for=candidates_for, settings=st)
             db_id = self._db_id()
             with read_snapshot(conn) as revision:
                 reply = run_search(conn, req, revision=revision,
@@ -414,18 +429,18 @@ class SearchEngine:
             self._check_identity()
             return True
 
-    def _search_pooled(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
+    def _search_pooled(self, st: _Settings, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
                        details: bool, candidates_for: int | None = None) -> tuple[SearchRequest, SearchReply, float] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
-        if not self._identity_or_empty():
+        if self.identity_check is not None and not self._identity_or_empty():
             return None
         t0 = time.perf_counter()
         qvec = self._query_vector(q, query_vector) if want_vector else None
         req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                             active_project_keys=active_project_keys, details=details, probe_content=True,
-                            candidates_for=candidates_for)
+                            candidates_for=candidates_for, settings=st)
         reply = self.retriever.run_search(req)
         if reply.empty_index:
             if self.on_empty_index is None:

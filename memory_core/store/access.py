@@ -68,7 +68,8 @@ def typed(err: DatabaseUnreadable) -> IndexUnreadable:
 class index_errors:  # noqa: N801 - used as ``with index_errors(path):``, like a function
     """Turn SQLite's "not a database"/"malformed" and a failed open in an unwritable folder, raised
     while using ``db_path``, into :class:`IndexCorrupt` / :class:`StateDirNotWritable`. A class,
-    not a generator context manager: every search enters it, and this costs the owner less."""
+    not a generator context manager: it costs its callers less (the hottest, ``SearchEngine.search``,
+    catches the error itself and calls :func:`raise_index_error`)."""
 
     __slots__ = ("db_path",)
 
@@ -79,13 +80,19 @@ class index_errors:  # noqa: N801 - used as ``with index_errors(path):``, like a
         return None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if exc is None:
-            return
-        if isinstance(exc, (DatabaseUnreadable, *CORRUPT_ERRORS)):
-            err = unreadable(self.db_path, exc)
-            assert err is not None
-            raise typed(err) from exc
-        if isinstance(exc, (apsw.CantOpenError, apsw.ReadOnlyError)):
-            why = folder_problem(os.path.dirname(os.path.abspath(self.db_path)))
-            if why is not None:
-                raise not_writable(self.db_path, why) from exc
+        if exc is not None:
+            raise_index_error(self.db_path, exc)
+
+
+def raise_index_error(db_path: str, exc: BaseException) -> None:
+    """Raise the typed error of ``exc``, caught while using ``db_path``, as :class:`index_errors`
+    does; return when there is none (the caller re-raises ``exc``). For a hot path that catches
+    the error itself instead of entering a context manager each time."""
+    if isinstance(exc, (DatabaseUnreadable, *CORRUPT_ERRORS)):
+        err = unreadable(db_path, exc)
+        assert err is not None
+        raise typed(err) from exc
+    if isinstance(exc, (apsw.CantOpenError, apsw.ReadOnlyError)):
+        why = folder_problem(os.path.dirname(os.path.abspath(db_path)))
+        if why is not None:
+            raise not_writable(db_path, why) from exc
