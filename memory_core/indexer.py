@@ -247,13 +247,13 @@ def run_sync(
         vectors: list[np.ndarray | None] = [None] * len(group)
         passages: list[list[np.ndarray | None] | None] = [None] * len(group)
         if provider is not None and group_chunks:
-            from memory_core.embeddings import embed_chunks, embed_passages
+            from memory_core.embeddings import embed_with_passages
 
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
             cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
-            matrix = np.asarray(embed_chunks(provider, texts, hashes, cache), dtype=np.float32)
-            extra = embed_passages(provider, texts, cache)
+            matrix, extra = embed_with_passages(provider, texts, hashes, cache)
+            matrix = np.asarray(matrix, dtype=np.float32)
             offset = 0
             for i, (_, cs) in enumerate(group):
                 vectors[i] = matrix[offset:offset + len(cs)] if cs else None

@@ -179,6 +179,26 @@ def test_plan_batches_limits():
     assert backoff_delays(6) == [0.5, 1.0, 2.0, 4.0, 8.0]
 
 
+def test_a_provider_sets_its_own_batch_limits_and_the_local_one_takes_large_batches():
+    from memory_core.embeddings import batch_limits, embed_texts
+    from memory_core.embeddings.local import LocalMiniLMProvider
+    from tests.search_fixtures import FakeEmbedder
+
+    sizes: list[int] = []
+
+    class Small(FakeEmbedder):
+        max_batch_inputs = 3
+
+        def embed_batch(self, texts):
+            sizes.append(len(texts))
+            return super().embed_batch(texts)
+
+    assert embed_texts(Small(dims=8), [f"t{i}" for i in range(7)]).shape == (7, 8)
+    assert sizes == [3, 3, 1]
+    assert batch_limits(FakeEmbedder(dims=8)) == (8000, 64)  # a remote API's limits by default
+    assert batch_limits(LocalMiniLMProvider.__new__(LocalMiniLMProvider)) == (1024 * 512, 1024)
+
+
 def test_embeddings_url_convention():
     assert embeddings_url("http://h:1") == "http://h:1/v1/embeddings"
     assert embeddings_url("http://h:1/") == "http://h:1/v1/embeddings"

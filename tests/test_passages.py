@@ -9,7 +9,8 @@ import pytest
 from host_facades import vector_search
 from host_facades.chunking import split_passages
 from host_facades.sqlite_read import open_readonly, read_snapshot
-from memory_core.embeddings import embed_passages
+from host_facades.chunking import hash_text
+from memory_core.embeddings import embed_with_passages
 from memory_core.store.writer import IndexWriter
 from tests.search_fixtures import FakeEmbedder
 from tests.test_store import chunk, entry
@@ -42,14 +43,19 @@ def test_split_passages_gives_each_line_a_passage_and_short_lines_to_their_neigh
     assert split_passages("one\ntwo\nthree\nfour", min_chars=7) == ["one\ntwo", "three\nfour"]
 
 
-def test_embed_passages_skips_one_passage_chunks_and_goes_through_the_cache():
+def embed_passages(emb, texts, cache):
+    return embed_with_passages(emb, texts, [hash_text(t) for t in texts], cache)[1]
+
+
+def test_embed_with_passages_skips_one_passage_chunks_and_goes_through_the_cache():
     emb, cache = FakeEmbedder(dims=4096), CountingCache()
-    out = embed_passages(emb, [LONG, "kiwi mango"], cache)
+    chunks, out = embed_with_passages(emb, [LONG, "kiwi mango"], [hash_text(LONG), hash_text("kiwi mango")], cache)
+    assert chunks.shape == (2, 4096) and round(float(chunks[1] @ emb.vector("kiwi mango")), 6) == 1.0
     assert [None if v is None else v.shape for v in out] == [(3, 4096), None]
     assert round(float(out[0][1] @ emb.vector(MUSIC)), 6) == 1.0
-    calls = emb.calls
+    assert emb.calls == 1  # chunks and passages in one batch
     embed_passages(emb, [LONG], cache)
-    assert emb.calls == calls  # every passage came from the cache
+    assert emb.calls == 1  # the chunk and every passage came from the cache
 
 
 @pytest.fixture

@@ -16,7 +16,10 @@ import numpy as np
 
 @runtime_checkable
 class EmbeddingProvider(Protocol):
-    """Turns texts into L2-normalised float32 vectors; identity fields feed the cache and index meta."""
+    """Turns texts into L2-normalised float32 vectors; identity fields feed the cache and index meta.
+
+    A provider may also set ``max_batch_inputs`` / ``max_batch_tokens``, the most one
+    ``embed_batch`` call should carry (default: a remote API's limits, ``batching.MAX_BATCH_*``)."""
 
     id: str
     model: str

@@ -39,6 +39,12 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+def batch_limits(provider: EmbeddingProvider) -> tuple[int, int]:
+    """``(max_tokens, max_inputs)`` of one ``embed_batch`` call: the provider's own, else a remote API's."""
+    return (int(getattr(provider, "max_batch_tokens", MAX_BATCH_TOKENS)),
+            int(getattr(provider, "max_batch_inputs", MAX_BATCH_INPUTS)))
+
+
 def plan_batches(
     texts: Sequence[str], *, max_tokens: int = MAX_BATCH_TOKENS, max_inputs: int = MAX_BATCH_INPUTS
 ) -> list[list[int]]:
@@ -138,11 +144,12 @@ def embed_texts(
     texts: Sequence[str],
     *,
     sleep: Sleep = time.sleep,
-    max_tokens: int = MAX_BATCH_TOKENS,
-    max_inputs: int = MAX_BATCH_INPUTS,
+    max_tokens: int | None = None,
+    max_inputs: int | None = None,
     on_batch: Callable[[list[int], np.ndarray], None] | None = None,
 ) -> np.ndarray:
-    """Embed ``texts`` (no cache) in planned batches; ``on_batch(indices, vectors)`` after each success.
+    """Embed ``texts`` (no cache) in planned batches (limits: ``max_tokens`` / ``max_inputs``, else
+    :func:`batch_limits`); ``on_batch(indices, vectors)`` after each success.
 
     ``on_batch`` also runs for the parts of a split batch that succeeded before a failing input
     raises ProviderUnavailable, so the caller can keep (cache) them.
@@ -150,8 +157,9 @@ def embed_texts(
     if not texts:
         return np.zeros((0, provider.dims or 0), dtype=np.float32)
     state: dict[str, np.ndarray] = {}
-
-    for idx in plan_batches(texts, max_tokens=max_tokens, max_inputs=max_inputs):
+    own_tokens, own_inputs = batch_limits(provider)
+    plan = plan_batches(texts, max_tokens=max_tokens or own_tokens, max_inputs=max_inputs or own_inputs)
+    for idx in plan:
 
         def emit(offset: int, vecs: np.ndarray, idx: list[int] = idx) -> None:
             out = state.get("out")
@@ -175,8 +183,8 @@ def embed_chunks(
     cache: EmbeddingCacheStore | None,
     *,
     sleep: Sleep = time.sleep,
-    max_tokens: int = MAX_BATCH_TOKENS,
-    max_inputs: int = MAX_BATCH_INPUTS,
+    max_tokens: int | None = None,
+    max_inputs: int | None = None,
 ) -> np.ndarray:
     """Vectors (n, dims) for chunk ``texts`` whose content hashes are ``hashes``, through ``cache``.
 
@@ -218,26 +226,26 @@ def embed_chunks(
     return np.vstack([found[h] for h in hashes]).astype(np.float32, copy=False)
 
 
-def embed_passages(
+def embed_with_passages(
     provider: EmbeddingProvider,
     texts: Sequence[str],
+    hashes: Sequence[str],
     cache: EmbeddingCacheStore | None,
     **kwargs: Any,
-) -> list[np.ndarray | None]:
-    """Per chunk text, the vectors ``(passages, dims)`` of its passages
-    (``host_facades.chunking.split_passages``), or None for a chunk with one passage. Passages go
-    through ``cache`` keyed by their own text hash, as chunks do, in one :func:`embed_chunks` call."""
+) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """The vectors of chunk ``texts`` (as :func:`embed_chunks`) and, per chunk, the vectors
+    ``(passages, dims)`` of its passages (``host_facades.chunking.split_passages``) or None for a
+    chunk with one passage. Passages go through ``cache`` keyed by their own text hash; chunks and
+    passages are embedded in one :func:`embed_chunks` call, so they share its batches."""
     split = [split_passages(t) for t in texts]
     flat = [p for ps in split for p in ps]
-    if not flat:
-        return [None] * len(texts)
-    matrix = embed_chunks(provider, flat, [hash_text(p) for p in flat], cache, **kwargs)
+    matrix = embed_chunks(provider, [*texts, *flat], [*hashes, *(hash_text(p) for p in flat)], cache, **kwargs)
     out: list[np.ndarray | None] = []
-    offset = 0
+    offset = len(texts)
     for ps in split:
         out.append(matrix[offset:offset + len(ps)] if ps else None)
         offset += len(ps)
-    return out
+    return matrix[:len(texts)], out
 
 
 def embed_query(provider: EmbeddingProvider, text: str, *, sleep: Sleep = time.sleep) -> np.ndarray:

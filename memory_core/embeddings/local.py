@@ -80,6 +80,10 @@ class LocalMiniLMProvider:
     id = PROVIDER_ID
     dims: int | None = DIMS
     max_input_bytes = MAX_INPUT_BYTES
+    # no request limit in-process: a large call sorts all its rows by length and keeps every thread
+    # busy until its end, where each small call leaves threads idle at its tail
+    max_batch_inputs = 1024
+    max_batch_tokens = 1024 * 512
 
     def __init__(
         self,
