@@ -450,10 +450,10 @@ def assign_vector_half(candidates: Sequence[Candidate], *, vector_full: bool = F
         c.vector_half = c.vector_score if c.in_vector else floor
 
 
-def scale_halves(candidates: Sequence[Candidate], vw: float, tw: float) -> float:
+def scale_halves(candidates: Sequence[Candidate], vw: float, tw: float) -> None:
     """The weighted merge's halves over their best (into ``vector_norm`` / ``text_norm``, 1.0 for the
-    best), and the query's scale: what the raw mix ``vw x vector + tw x text`` gives a candidate best
-    in both halves (or in the only half that returned anything).
+    best), and the query's scale (into ``fusion_scale``): what the raw mix ``vw x vector + tw x text``
+    gives a candidate best in both halves (or in the only half that returned anything).
 
     Over its best, each half spans the same range, so ``vw`` and ``tw`` weigh what they say: raw
     cosines bunch within a few tenths while the text half spans 0..1, so a raw mix lets the text
@@ -461,11 +461,12 @@ def scale_halves(candidates: Sequence[Candidate], vw: float, tw: float) -> float
     alone and keeps the scores absolute: ``minScore`` still drops a query whose best match is weak."""
     vmax = max((c.vector_half for c in candidates), default=0.0)
     tmax = max((c.text_half for c in candidates), default=0.0)
+    present = (vw if vmax > 0 else 0.0) + (tw if tmax > 0 else 0.0)
+    scale = (vw * vmax + tw * tmax) / present if present > 0 else 0.0
     for c in candidates:
         c.vector_norm = c.vector_half / vmax if vmax > 0 else 0.0
         c.text_norm = c.text_half / tmax if tmax > 0 else 0.0
-    present = (vw if vmax > 0 else 0.0) + (tw if tmax > 0 else 0.0)
-    return (vw * vmax + tw * tmax) / present if present > 0 else 0.0
+        c.fusion_scale = scale
 
 
 def weighted_content(c: Candidate, vw: float, tw: float, *, upstream: bool = False, scale: float = 1.0) -> float:
@@ -554,9 +555,7 @@ def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int
     if opts.fusion in ("minmax", "zscore"):
         normalise_halves(candidates, opts.fusion)
     elif opts.fusion == "weighted":
-        scale = scale_halves(candidates, opts.vector_weight, opts.text_weight)
-        for c in candidates:
-            c.fusion_scale = scale
+        scale_halves(candidates, opts.vector_weight, opts.text_weight)
     for c in candidates:
         c.content_score = fused_content(c, opts, lists)
         c.lexical_rank = c.ranking_score if (c.has_body_match and c.text_score == 0) else 0.0

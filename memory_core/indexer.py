@@ -252,8 +252,7 @@ def run_sync(
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
             cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
-            matrix, extra = embed_with_passages(provider, texts, hashes, cache)
-            matrix = np.asarray(matrix, dtype=np.float32)
+            matrix, extra = embed_with_passages(provider, texts, hashes, cache)  # float32 rows
             offset = 0
             for i, (_, cs) in enumerate(group):
                 vectors[i] = matrix[offset:offset + len(cs)] if cs else None
