@@ -31,7 +31,6 @@ from memory_core.errors import CursorExpired, MemoryCoreError
 
 DEFAULT_CURSOR_TTL_S = 60.0
 _UNBOUND = (None, None)
-_new = object.__new__
 MAX_GENERATION_RETRIES = 3
 
 
@@ -98,13 +97,8 @@ class GenerationLeases:
     def acquire_unbound(self, leased_of: str | None) -> tuple[Lease, list[int]]:
         """An unbound lease plus the sorted revisions of ``leased_of`` that live leases hold,
         read under the same lock (what a worker must keep while the new lease is open)."""
-        # Lease(self, None, None) without the call of its __init__, and the lock without a with
-        # block: every pooled search takes one, on the owner
-        lease = _new(Lease)
-        lease._registry = self
-        lease.db_id = lease.revision = None
-        lease._released = False
-        lock = self._lock
+        lease = Lease(self, None, None)
+        lock = self._lock  # not a with block: every pooled search takes one, on the owner
         lock.acquire()
         try:
             counts = self._counts
@@ -144,12 +138,7 @@ class GenerationLeases:
                 return
             lease._released = True
             key = (lease.db_id, lease.revision)
-            n = self._counts.get(key, 0) - 1
-            if n > 0:  # other leases share the key: no last release (inline, the common case)
-                self._counts[key] = n
-                fire = None
-            else:
-                fire = self._decrement(key)
+            fire = self._decrement(key)
             if (notify and fire is None and db_id is not None and key != (db_id, revision)
                     and (db_id, revision) not in self._counts):
                 fire = db_id, revision, self._leased_locked(db_id)  # as a bind + the last release

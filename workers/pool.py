@@ -118,9 +118,7 @@ class WorkerPool:
         task = self._submit(task_name, payload, timeout_s, result, True)
         if not result._done:  # admitted and not failed yet
             waiting.wait_for(self.scheduler, task)
-        if result._exc is not None:  # RunResult.result() without its call
-            raise result._exc
-        return result._value
+        return result.result()
 
     def _submit(self, task_name: str, payload: Any, timeout_s: float | None, future: Any, waiter: bool) -> Task:
         tid = next(self._task_ids)

@@ -65,8 +65,7 @@ class PooledRetriever:
 
     def _read(self, lease: Any, db_id: str, revision: int) -> None:
         """The task read generation ``revision`` of ``db_id`` and is done with it."""
-        if self.current_db_id != db_id or self.current.get(db_id, -1) < revision:  # else nothing new
-            self._saw(db_id, revision)
+        self._saw(db_id, revision)
         # the current generation is never dropped, so only an older one needs the last-release call
         lease.settle(db_id, revision, notify=revision != self.current.get(db_id))
 

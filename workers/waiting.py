@@ -11,7 +11,6 @@ import _thread
 import time
 
 from workers.scheduler import Scheduler
-from workers.frames import read_frame
 from workers.slot import Slot, Task, decode_reply
 
 
@@ -64,11 +63,7 @@ def _read_channel(sched: Scheduler, slot: Slot, ch: int, task: Task) -> bool:
     data = None
     exited = False
     try:
-        if task.deadline is None:  # the common case, without wait_reply's call: block in read
-            data = read_frame(slot.channel_fds[ch])
-            exited = data is None
-        else:
-            data, exited = slot.wait_reply(ch, task.deadline)
+        data, exited = slot.wait_reply(ch, task.deadline)
     finally:
         to_start: list[Slot] = []
         # unpickled before taking the pool lock: the other callers wait less for it
