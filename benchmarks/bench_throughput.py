@@ -18,6 +18,9 @@ ratio it measures the machine's own ceiling for each search: the workers' own se
 same shared vector state, in 1 vs 2 independent processes at once (:class:`Ceiling`), in the
 same rounds as the pool's (the pool's share of that ceiling, target >= 0.9, is the median of the
 rounds' shares); a vector scan that is memory-bandwidth bound cannot scale further through any pool.
+Last, :func:`owner_floor` measures the owner's CPU per round trip of the pool alone (no search)
+under the same full load, with workers that spin in registers and with workers that read as many
+bytes as the vector matrix: the part of the owner's cost per search that is the round trip itself.
 """
 
 from __future__ import annotations
@@ -192,6 +195,26 @@ def scaling(load: dict[int, Callable[[int], Any]], pools: dict[int, Any], round_
         out["independent_ratio_2_over_1"] = round(out["independent_2"] / out["independent_1"], 2)
         out["share_of_ceiling"] = round(statistics.median(
             (q[2][r] / q[1][r]) / (solo[2][r] / solo[1][r]) for r in range(rounds)), 2)
+    return out
+
+
+def owner_floor(pool: Any, mb: int, seconds: float, *, task_cpu_s: float = 0.001) -> dict[str, float | None]:
+    """The pool's own round trip under a full load, no search: 2 clients per worker of ``pool``
+    run the ``stream`` task (benchmarks.worker_tasks), ``task_cpu_s`` of CPU each, first spinning
+    in registers, then reading ``mb`` MiB (the vector matrix's size) in turn; the owner's CPU per
+    round trip in both. Its difference is what the workers' memory traffic costs the owner (the
+    caches a search evicts on a core are the owner's too): a floor no owner code change removes."""
+    out: dict[str, float | None] = {}
+    for name, size in (("registers", 0), ("memory", mb)):
+        payload = {"cpu_s": task_cpu_s, "mb": size}
+        fn = lambda i, p=payload: pool.run("stream", p)  # noqa: E731
+        warm_up(fn, pool, 2 * pool.size)
+        meter = CpuMeter(pool)
+        with meter:
+            rate = qps(fn, 2 * pool.size, seconds)
+        meter.queries = rate * seconds
+        out[f"owner_us_{name}"] = meter.per_query_us()["owner"]
+    out["memory_mb"] = mb
     return out
 
 
@@ -409,6 +432,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
         steps.advance(item=name)
     steps.finish()
     results["ping"] = paired_latency({"pool_1": lambda i: pools[1].run("ping", i)}, samples)["pool_1"]
+    results["owner_floor"] = owner_floor(pools[2], max(1, chunks * dims * 4 >> 20), min(4.0, seconds / 2))
     results["pooled_equals_in_process"] = mismatches == 0
     v = results["vector"]
     results["targets"] = {
@@ -467,6 +491,11 @@ def format_table(out: dict[str, Any]) -> str:
             lines.append(f"{kind:<8} {'CPU us/query 1 / 2 w.':<22} "
                          + "   ".join(f"owner {c[p]['owner']:.0f} workers {c[p]['workers']:.0f}" for p in ("pool_1", "pool_2")))
     lines.append(f"pool ping round trip p50 {out['ping']['p50_ms']:.3f} ms")
+    f = out.get("owner_floor") or {}
+    if f.get("owner_us_registers") is not None:
+        lines.append(f"pool round trip, no search, 2 workers busy 1 ms a task: owner CPU us/query "
+                     f"{f['owner_us_registers']:.0f} (workers spin in registers) / {f['owner_us_memory']:.0f} "
+                     f"(workers read {f['memory_mb']} MiB in turn)")
     lines.append("* the workers' search code in 1 vs 2 independent processes (no pool, no owner): the machine's ceiling")
     for target, value in out["targets"].items():
         lines.append(f"target {target}: {value}")

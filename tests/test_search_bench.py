@@ -174,6 +174,20 @@ def test_throughput_bench_runs_end_to_end_on_a_small_database(tmp_path):
     table = bt.format_table(out)
     assert "pool_scaling_share_of_machine_ceiling" in table
     assert "QPS 1 / 2 workers" in table and "CPU us/query" in table and "machine's ceiling" in table
+    floor = out["owner_floor"]
+    assert floor["memory_mb"] == 1 and floor["owner_us_registers"] >= 0 and floor["owner_us_memory"] >= 0
+    assert "pool round trip, no search" in table
+
+
+def test_stream_task_keeps_its_worker_busy_with_and_without_memory_traffic():
+    from benchmarks.worker_tasks import TASK_MODULES
+    from workers.inline import InlinePool
+
+    pool = InlinePool(task_modules=TASK_MODULES)
+    for mb in (0, 2):
+        assert pool.run("stream", {"cpu_s": 0.005, "mb": mb}) > 0, mb
+    from benchmarks import worker_tasks
+    assert worker_tasks._streams[2][0].nbytes == 2 << 20  # the MiB it reads, kept for the next task
 
 
 def test_vector_weight_sets_every_hybrid_row_but_the_sanity_row(capsys):
