@@ -210,3 +210,29 @@ def test_a_file_that_turned_bad_and_kept_its_rows_is_not_dirty_after_the_sync(wo
     with MemoryCore(str(workspace), config=load_config(None)) as core:
         assert core.freshness.reconcile() == []
         assert texts(core) == {"memory/a.md": "first version\n"}
+
+
+@pytest.mark.parametrize("backend", ["auto", "sqlite-vec"])
+def test_forced_rebuild_keeps_the_vectors_of_a_file_it_cannot_read(workspace, backend):
+    from memory_core.embeddings import register_embedding_provider
+    from tests.search_fixtures import FakeEmbedder
+
+    emb = FakeEmbedder(dims=16)
+    register_embedding_provider("fake-bad-input", lambda cfg: emb)
+    config = load_config(None, overrides={"provider": "fake-bad-input", "query": {"min_score": 0.0},
+                                          "store": {"vector": {"backend": backend}}})
+    write(workspace, "memory/a.md", "lighthouse keeper rotas\n")
+    write(workspace, "memory/b.md", "other file\n")
+    with MemoryCore(str(workspace), config=config, embedding_provider=emb) as core:
+        core.index()
+        write(workspace, "memory/a.md", b"broken \xff\xfe bytes")
+        s = core.index(force=True)
+        assert [(p["path"], p["code"]) for p in s.problems] == [("memory/a.md", "invalid_utf8")]
+        conn = core.writer.conn
+        widths = dict(conn.execute("SELECT path, length(embedding) FROM memory_index_chunks"))
+        assert widths == {"memory/a.md": 16 * 4, "memory/b.md": 16 * 4}
+        if backend == "sqlite-vec":  # the vec0 table carries the kept file's row too
+            assert core.writer.vector_available, core.writer.vector_error
+            assert conn.execute("SELECT count(*) FROM memory_index_chunks_vec").fetchone()[0] == 2
+        hits = core.search("lighthouse keeper", query_vector=emb.vector("lighthouse keeper rotas"))
+        assert hits[0].path == "memory/a.md" and hits[0].vector_score > 0.99

@@ -393,52 +393,53 @@ class IndexWriter:
             if source == "sessions" and self.is_forgotten(path, source):
                 return "forgotten"
             self._delete_rows(conn, path, source)
-            if chunk_rows:
-                conn.executemany(
-                    "INSERT INTO memory_index_chunks(id, path, source, start_line, end_line, hash, model,"
-                    " text, embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    chunk_rows,
-                )
-            if passage_rows:
-                conn.executemany(
-                    "INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding) VALUES (?,?,?)", passage_rows)
-            if recall_rows:
-                conn.executemany(
-                    "INSERT INTO memory_index_chunk_recall_metadata(chunk_id, importance, triggers, project_key)"
-                    " VALUES (?,?,?,?)",
-                    recall_rows,
-                )
-            if prov_rows:
-                conn.executemany(
-                    "INSERT INTO memory_index_chunk_provenance(chunk_id, origin_class, session_kind,"
-                    " observed_at, supersedes_key) VALUES (?,?,?,?,?)",
-                    prov_rows,
-                )
-            if vec_rows and dims:
-                if self.vector_available:
-                    if schema.vec_table_dims(conn) != dims:
-                        schema.ensure_vec_table(conn, dims)
-                        # ensure_vec_table refilled from canonical vectors, including rows above
-                        conn.execute(
-                            "DELETE FROM memory_index_chunks_vec WHERE id IN"
-                            " (SELECT id FROM memory_index_chunks WHERE path = ? AND source = ?)",
-                            (path, source),
-                        )
-                    conn.executemany("INSERT INTO memory_index_chunks_vec(id, embedding) VALUES (?, ?)", vec_rows)
-                else:
-                    conn.execute(
-                        "INSERT INTO memory_index_meta(key, value) VALUES (?, '1')"
-                        " ON CONFLICT(key) DO UPDATE SET value = '1'",
-                        (schema.VECTOR_REBUILD_KEY,),
-                    )
-            conn.execute(
-                "INSERT INTO memory_index_sources(path, source, hash, mtime, size) VALUES (?,?,?,?,?)"
-                " ON CONFLICT(path, source) DO UPDATE SET hash = excluded.hash, mtime = excluded.mtime,"
-                " size = excluded.size",
-                (path, source, entry.hash, float(entry.mtime_ms), int(entry.size)),
-            )
+            self._insert_rows(conn, path, source, chunks=chunk_rows, recall=recall_rows, provenance=prov_rows,
+                              passages=passage_rows, vectors=vec_rows, dims=dims)
+            self._upsert_source(conn, path, source, entry.hash, float(entry.mtime_ms), int(entry.size))
         self._after_source_write()
         return "published"
+
+    def _insert_rows(self, conn: apsw.Connection, path: str, source: str, *, chunks: Sequence[tuple],
+                     recall: Sequence[tuple], provenance: Sequence[tuple], passages: Sequence[tuple],
+                     vectors: Sequence[tuple], dims: int | None) -> None:
+        """One source's rows into the index tables, inside the caller's write transaction (its old
+        rows are deleted already). Without sqlite-vec the vector table is flagged for a rebuild."""
+        if chunks:
+            conn.executemany(
+                "INSERT INTO memory_index_chunks(id, path, source, start_line, end_line, hash, model,"
+                " text, embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)", chunks)
+        if passages:
+            conn.executemany(
+                "INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding) VALUES (?,?,?)", passages)
+        if recall:
+            conn.executemany(
+                "INSERT INTO memory_index_chunk_recall_metadata(chunk_id, importance, triggers, project_key)"
+                " VALUES (?,?,?,?)", recall)
+        if provenance:
+            conn.executemany(
+                "INSERT INTO memory_index_chunk_provenance(chunk_id, origin_class, session_kind,"
+                " observed_at, supersedes_key) VALUES (?,?,?,?,?)", provenance)
+        if not vectors or not dims:
+            return
+        if not self.vector_available:
+            conn.execute(
+                "INSERT INTO memory_index_meta(key, value) VALUES (?, '1') ON CONFLICT(key) DO UPDATE SET value = '1'",
+                (schema.VECTOR_REBUILD_KEY,))
+            return
+        if schema.vec_table_dims(conn) != dims:
+            schema.ensure_vec_table(conn, dims)
+            # ensure_vec_table refilled from canonical vectors, including the rows above
+            conn.execute(
+                "DELETE FROM memory_index_chunks_vec WHERE id IN"
+                " (SELECT id FROM memory_index_chunks WHERE path = ? AND source = ?)", (path, source))
+        conn.executemany("INSERT INTO memory_index_chunks_vec(id, embedding) VALUES (?, ?)", vectors)
+
+    @staticmethod
+    def _upsert_source(conn: apsw.Connection, path: str, source: str, hash_: str, mtime: float, size: int) -> None:
+        conn.execute(
+            "INSERT INTO memory_index_sources(path, source, hash, mtime, size) VALUES (?,?,?,?,?)"
+            " ON CONFLICT(path, source) DO UPDATE SET hash = excluded.hash, mtime = excluded.mtime,"
+            " size = excluded.size", (path, source, hash_, mtime, size))
 
     def _delete_rows(self, conn: apsw.Connection, path: str, source: str) -> int:
         """Delete a source's vec, chunk (FTS, recall and provenance follow) rows; not its sources row."""
@@ -623,26 +624,12 @@ class IndexWriter:
         conn = self._c()
         with schema.write_tx(conn):
             self._delete_rows(conn, path, source)
-            conn.executemany(
-                "INSERT INTO memory_index_chunks(id, path, source, start_line, end_line, hash, model, text,"
-                " embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)", chunks)
-            conn.executemany("INSERT INTO memory_index_chunk_recall_metadata VALUES (?,?,?,?)", recall)
-            conn.executemany("INSERT INTO memory_index_chunk_provenance VALUES (?,?,?,?,?)", prov)
-            conn.executemany("INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding) VALUES (?,?,?)",
-                             passage_rows)
             vec_rows = [(c[0], c[8]) for c in chunks if c[8]]
-            if vec_rows and self.vector_available:
-                dims = len(vec_rows[0][1]) // 4
-                if schema.vec_table_dims(conn) != dims:
-                    schema.ensure_vec_table(conn, dims)
-                    conn.executemany("DELETE FROM memory_index_chunks_vec WHERE id = ?", [(v[0],) for v in vec_rows])
-                conn.executemany("INSERT INTO memory_index_chunks_vec(id, embedding) VALUES (?, ?)",
-                                 [v for v in vec_rows if len(v[1]) == dims * 4])
-            conn.execute(
-                "INSERT INTO memory_index_sources(path, source, hash, mtime, size) VALUES (?,?,'',?,?)"
-                " ON CONFLICT(path, source) DO UPDATE SET hash = '', mtime = excluded.mtime, size = excluded.size",
-                (path, source, row[0], row[1]),
-            )
+            dims = len(vec_rows[0][1]) // 4 if vec_rows else None
+            vec_rows = [v for v in vec_rows if len(v[1]) == dims * 4]  # one width: the first row's
+            self._insert_rows(conn, path, source, chunks=chunks, recall=recall, provenance=prov, passages=passage_rows,
+                              vectors=vec_rows, dims=dims)
+            self._upsert_source(conn, path, source, "", row[0], row[1])  # '': re-indexed once readable
         return True
 
     @_serialized
