@@ -240,12 +240,18 @@ def embed_with_passages(
     split = [split_passages(t) for t in texts]
     flat = [p for ps in split for p in ps]
     matrix = embed_chunks(provider, [*texts, *flat], [*hashes, *(hash_text(p) for p in flat)], cache, **kwargs)
+    return matrix[:len(texts)], passage_groups(split, matrix, len(texts))
+
+
+def passage_groups(split: Sequence[Sequence[str]], matrix: np.ndarray | None,
+                   offset: int = 0) -> list[np.ndarray | None]:
+    """Per chunk, the rows of ``matrix`` that hold its passages (``split``, the chunks' passages in
+    order, from row ``offset`` on), or None for a chunk of one passage (no passages of its own)."""
     out: list[np.ndarray | None] = []
-    offset = len(texts)
     for ps in split:
         out.append(matrix[offset:offset + len(ps)] if ps else None)
         offset += len(ps)
-    return matrix[:len(texts)], out
+    return out
 
 
 def embed_query(provider: EmbeddingProvider, text: str, *, sleep: Sleep = time.sleep) -> np.ndarray:
