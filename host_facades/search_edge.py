@@ -57,7 +57,7 @@ class SearchRequest:
         values = list(_request_values(self))
         if values[_QVEC] is not None:
             values[_QVEC] = encode_vector(values[_QVEC])
-        values[_RANKING] = _ranking_wire(values[_RANKING])
+        values[_RANKING] = _ranking_values(values[_RANKING])
         return tuple(values)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -103,20 +103,6 @@ _reply_values = attrgetter(*_REPLY_FIELDS)
 _ranking_values = attrgetter(*_RANKING_FIELDS)
 
 
-# the last RankingOptions sent and its values: one configuration's object serves every search
-_last_ranking: tuple[RankingOptions, tuple[Any, ...]] = (DEFAULT_RANKING, _ranking_values(DEFAULT_RANKING))
-
-
-def _ranking_wire(options: RankingOptions) -> tuple[Any, ...]:
-    global _last_ranking
-    last = _last_ranking
-    if last[0] is options:
-        return last[1]
-    values = _ranking_values(options)
-    _last_ranking = options, values
-    return values
-
-
 def request_from_wire(values: tuple[Any, ...]) -> SearchRequest:
     """The :class:`SearchRequest` of :meth:`SearchRequest.wire`'s values."""
     if len(values) != len(_REQUEST_FIELDS):
@@ -127,11 +113,9 @@ def request_from_wire(values: tuple[Any, ...]) -> SearchRequest:
 def reply_from_wire(values: tuple[Any, ...]) -> SearchReply:
     """The :class:`SearchReply` of :meth:`SearchReply.wire`'s values."""
     mode, hits, tokenizer, revision, empty_index, keyword, vector, ranked, timings_ms = values
-    reply = _new(SearchReply)
-    _set_attr(reply, "__dict__", {
+    return frozen_new(SearchReply, {
         "mode": mode, "hits": hits, "tokenizer": tokenizer, "revision": revision, "empty_index": empty_index,
         "keyword": keyword, "vector": vector, "ranked": ranked, "timings_ms": timings_ms})
-    return reply
 
 
 def _request_from_wire(*values: Any) -> SearchRequest:

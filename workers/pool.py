@@ -41,7 +41,6 @@ DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
 INDEXING_MAX_PENDING_BYTES = 256 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60.0
 MAX_PIPELINE_DEPTH = 8
-_new = object.__new__
 
 
 class WorkerPool:
@@ -124,13 +123,7 @@ class WorkerPool:
         tid = next(self._task_ids)
         data = task_frame(tid, task_name, payload)
         timeout = self.task_timeout_s if timeout_s is None else timeout_s
-        # Task(tid, task_name, data, len(data), future, None, timeout, waiter=waiter) without the
-        # keyword call of the dataclass __init__, which costs the owner more than these stores
-        task = _new(Task)
-        task.id, task.name, task.data, task.nbytes, task.future = tid, task_name, data, len(data), future
-        task.deadline, task.timeout_s, task.waiter = None, timeout, waiter
-        task.slot = task.channel = task.signal = task.claimed = None
-        task.done = False
+        task = Task(tid, task_name, data, len(data), future, None, timeout, waiter=waiter)
         for slot in self.scheduler.submit(task):
             self.scheduler.start(slot)
         return task

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from host_facades.search_edge import SearchReply
+from host_facades.search_edge import SearchReply, frozen_new
 from memory_core.search.render import wire
 
 
@@ -51,15 +51,8 @@ def hits_from_reply(reply: SearchReply) -> list[SearchHit]:
             "importance": importance, "triggers": triggers, "project_key": project_key, "provenance": provenance,
             "source_mtime": source_mtime}
         values["hash"] = hash_
-        # frozen_new inline: a call per hit is a large part of building one
-        hit = _new(SearchHit)
-        _set_attr(hit, "__dict__", values)
-        hits.append(hit)
+        hits.append(frozen_new(SearchHit, values))
     return hits
-
-
-_new = object.__new__
-_set_attr = object.__setattr__
 
 
 class SearchResults(list):  # type: ignore[type-arg]
