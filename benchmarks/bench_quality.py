@@ -275,11 +275,11 @@ def embed_passages_all(docs: Sequence[tuple[str, str]], provider: Any, label: st
     """Per entry, its passages' vectors (``host_facades.chunking.split_passages``; None for an
     entry of one passage), embedded as the indexer embeds them."""
     from host_facades.chunking import split_passages
-    from memory_core.embeddings.batching import passage_groups
+    from memory_core.embeddings.batching import rows_per_group
 
     split = [split_passages(t) for _, t in docs]
     flat = [p for ps in split for p in ps]
-    return passage_groups(split, embed_all(flat, provider, label, cache=cache) if flat else None)
+    return rows_per_group(split, embed_all(flat, provider, label, cache=cache) if flat else None)
 
 
 def build_index(db_path: str, docs: Sequence[tuple[str, str]], vectors: np.ndarray | None, model: str,

@@ -247,17 +247,14 @@ def run_sync(
         vectors: list[np.ndarray | None] = [None] * len(group)
         passages: list[list[np.ndarray | None] | None] = [None] * len(group)
         if provider is not None and group_chunks:
-            from memory_core.embeddings import embed_with_passages
+            from memory_core.embeddings.batching import embed_with_passages, rows_per_group
 
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
             cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
             matrix, extra = embed_with_passages(provider, texts, hashes, cache)  # float32 rows
-            offset = 0
-            for i, (_, cs) in enumerate(group):
-                vectors[i] = matrix[offset:offset + len(cs)] if cs else None
-                passages[i] = extra[offset:offset + len(cs)]
-                offset += len(cs)
+            per_file = [cs for _, cs in group]
+            vectors, passages = rows_per_group(per_file, matrix), rows_per_group(per_file, extra)
         for (entry, chunks), vecs, extra_vecs in zip(group, vectors, passages):
             if not full and entry.source == "memory" and _changed_since_read(entry):
                 # Its content is older than the file now: publishing it could overwrite a newer

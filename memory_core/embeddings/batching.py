@@ -240,17 +240,16 @@ def embed_with_passages(
     split = [split_passages(t) for t in texts]
     flat = [p for ps in split for p in ps]
     matrix = embed_chunks(provider, [*texts, *flat], [*hashes, *(hash_text(p) for p in flat)], cache, **kwargs)
-    return matrix[:len(texts)], passage_groups(split, matrix, len(texts))
+    return matrix[:len(texts)], rows_per_group(split, matrix, len(texts))
 
 
-def passage_groups(split: Sequence[Sequence[str]], matrix: np.ndarray | None,
-                   offset: int = 0) -> list[np.ndarray | None]:
-    """Per chunk, the rows of ``matrix`` that hold its passages (``split``, the chunks' passages in
-    order, from row ``offset`` on), or None for a chunk of one passage (no passages of its own)."""
-    out: list[np.ndarray | None] = []
-    for ps in split:
-        out.append(matrix[offset:offset + len(ps)] if ps else None)
-        offset += len(ps)
+def rows_per_group(groups: Sequence[Sequence[Any]], rows: Any, offset: int = 0) -> list[Any]:
+    """Per group, its slice of ``rows`` (a matrix or a list holding the groups' items in order, from
+    ``offset`` on), or None for an empty group (e.g. a chunk of one passage has no passages)."""
+    out: list[Any] = []
+    for g in groups:
+        out.append(rows[offset:offset + len(g)] if g else None)
+        offset += len(g)
     return out
 
 
