@@ -203,7 +203,8 @@ def owner_floor(pool: Any, mb: int, seconds: float, *, task_cpu_s: float = 0.001
     run the ``stream`` task (benchmarks.worker_tasks), ``task_cpu_s`` of CPU each, first spinning
     in registers, then reading ``mb`` MiB (the vector matrix's size) in turn; the owner's CPU per
     round trip in both. Its difference is what the workers' memory traffic costs the owner (the
-    caches a search evicts on a core are the owner's too): a floor no owner code change removes."""
+    caches a search evicts on a core are the owner's too); the round trip itself is a floor under
+    every pooled search that no change to the search code removes."""
     out: dict[str, float | None] = {}
     for name, size in (("registers", 0), ("memory", mb)):
         payload = {"cpu_s": task_cpu_s, "mb": size}
