@@ -39,6 +39,8 @@ class PromptBuilder:
         self._config = config
 
     def __call__(self, available_tools: Collection[str], citations_mode: str | None = None) -> list[str]:
+        if not self._config.enabled:  # memory.search.enabled = false: no memory section
+            return []
         return build_prompt_section(available_tools, citations_mode or self._config.citations)
 
 

@@ -61,7 +61,22 @@ KNOWN_KNOBS = frozenset({
     "MEMORY_CORE_CHURN_SECONDS",
 })
 # Keys whose values are free-form mappings: their own keys are data, not config keys.
-_DATA_KEYS = {"headers"}
+_DATA_KEYS = {"headers", "modelProviders"}
+# Keys upstream reads for memory that memory-core accepts without acting on them, and why
+# (``status`` says so once; nothing is silently ignored).
+UNUSED_SETTINGS: dict[str, str] = {
+    "rememberAcrossConversations": "memory-core runs no Active Memory pass; index transcripts with "
+                                   "experimental.sessionMemory and sources = [\"memory\", \"sessions\"]",
+    "sync.onSessionStart": "memory-core sees no session-start event; the watcher and search-time sync keep "
+                           "the index fresh",
+    "sync.sessions.postCompactionForce": "memory-core sees no compaction event; transcripts sync on their "
+                                         "deltaBytes/deltaMessages thresholds",
+    "remote.batch": "memory-core embeds through the synchronous embeddings API (no provider batch jobs)",
+    "remote.nonBatchConcurrency": "memory-core sends one embedding request at a time",
+    "multimodal": "memory-core indexes Markdown and transcripts only, no images or audio",
+    "local.contextSize": "the bundled local model has a fixed context",
+    "local.modelCacheDir": "the bundled local model ships inside its Python package",
+}
 
 
 def _camel(name: str) -> str:
@@ -358,6 +373,8 @@ class MemoryCoreConfig(_Model):
     pool: Pool = Field(default_factory=Pool)
     gateway: Gateway = Field(default_factory=Gateway)
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # openclaw.json ``models.providers``: a provider's apiKey / baseUrl / headers, by provider id
+    model_providers: dict[str, dict[str, Any]] = Field(default_factory=dict, repr=False)
 
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -365,6 +382,9 @@ class MemoryCoreConfig(_Model):
     _notices: list[str] = PrivateAttr(default_factory=list)
     # warnings about the config file itself (a secret others can read); every agent's view keeps them
     _file_notices: list[str] = PrivateAttr(default_factory=list)
+    # the config before any agent's overrides were merged (set on an agent's view): another agent's
+    # view is merged from it, never from this agent's (its extraPaths, workspace...)
+    _base: MemoryCoreConfig | None = PrivateAttr(default=None)
 
     @field_validator("state_dir", "workspace", "sessions_dir", mode="after")
     @classmethod
@@ -450,6 +470,23 @@ class MemoryCoreConfig(_Model):
         return list(self._notices) + list(self._file_notices)
 
     @property
+    def agent_ids(self) -> list[str]:
+        """Every configured agent: the default one, then the configured agents (openclaw.json's
+        roster, or memory-core's ``agents`` table), in order."""
+        return list(dict.fromkeys([self.agent_id, *self.agents]))
+
+    @property
+    def unused_settings(self) -> list[str]:
+        """Settings upstream reads for memory that this config sets and memory-core accepts but does
+        not use, each as ``accepted, not used by memory-core: <key> (<why>)``."""
+        out: list[str] = []
+        present = set(self._origins)  # what the file, the environment or the overrides set
+        for key, why in UNUSED_SETTINGS.items():
+            if key in present:
+                out.append(f"accepted, not used by memory-core: {key} ({why})")
+        return out
+
+    @property
     def vectors_enabled(self) -> bool:
         """Vectors are used only with a provider and ``store.vector.enabled`` (spec §3.4)."""
         return self.provider != "none" and self.store.vector.enabled
@@ -488,6 +525,9 @@ class MemoryCoreConfig(_Model):
         """This config with ``agents.<agent_id>`` overrides merged per key (upstream ``mergeConfig``)."""
         # The resolved values are the base (so model_copy(update=...) changes survive), except the
         # hybrid weights, which upstream merges raw and normalises after the merge.
+        src = self._base if self._base is not None and agent_id != self.agent_id else self
+        if src is not self:
+            return src.for_agent(agent_id)
         base = self.model_dump(by_alias=True, exclude={"agents"})
         override = _normalise_keys(self.agents.get(agent_id) or {})
         o_hybrid = ((override.get("query") or {}).get("hybrid") or {}) if isinstance(override.get("query"), dict) else {}
@@ -506,6 +546,7 @@ class MemoryCoreConfig(_Model):
             origins[p] = f"agents.{agent_id} in " + self._origins.get(f"agents.{agent_id}", "the config")
         cfg = _validate(merged, origins, prefix_note=f"agent {agent_id!r}")
         cfg._file_notices = list(self._file_notices)
+        cfg._base = self
         return cfg
 
 
@@ -560,23 +601,78 @@ def _leaf_paths(data: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
+# keys of openclaw.json's ``agents`` that are not agent ids
+_AGENTS_SECTION_KEYS = {"defaults", "entries", "list", "ownership"}
+OPENCLAW_HOME = "~/.openclaw"
+
+
+def _agent_roster(agents: Any) -> dict[str, Mapping[str, Any]]:
+    """The configured agents of openclaw.json, by id: keyed ``agents.entries`` (2026.9) and the
+    legacy ``agents.list[]`` roster (``{id, workspace, memorySearch, default}``)."""
+    roster: dict[str, Mapping[str, Any]] = {}
+    if not isinstance(agents, Mapping):
+        return roster
+    entries = agents.get("entries")
+    if isinstance(entries, Mapping):
+        for aid, entry in entries.items():
+            roster[str(aid)] = entry if isinstance(entry, Mapping) else {}
+    for entry in agents.get("list") or []:
+        if isinstance(entry, Mapping) and entry.get("id"):
+            roster.setdefault(str(entry["id"]), entry)
+    return roster
+
+
+def _roster_owner(roster: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The agent that owns the default workspace (upstream ``tryResolveLegacyDataOwnerAgentId``):
+    the one marked ``default: true``, else ``main``, else the sole agent."""
+    marked = [aid for aid, e in roster.items() if e.get("default") is True]
+    if len(marked) == 1:
+        return marked[0]
+    if "main" in roster:
+        return "main"
+    return next(iter(roster)) if len(roster) == 1 else None
+
+
+def _roster_workspace(aid: str, entry: Mapping[str, Any], defaults_ws: str | None, owner: str | None) -> str:
+    """upstream ``resolveAgentWorkspaceDir``: the agent's own workspace, else the default one for
+    the owner agent, else ``<agents.defaults.workspace>/<id>``, else ``~/.openclaw/workspace-<id>``."""
+    own = entry.get("workspace")
+    if isinstance(own, str) and own.strip():
+        return own.strip()
+    if aid == owner:
+        return defaults_ws or f"{OPENCLAW_HOME}/workspace"
+    if defaults_ws:
+        return os.path.join(defaults_ws, aid)
+    return f"{OPENCLAW_HOME}/workspace-{aid}"
+
+
 def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
-    """Accept ``{memory:{search:{...}}}`` (G2) and ``{agents:{defaults:{memorySearch}}}`` (G1) shapes."""
+    """Accept ``{memory:{search:{...}}}`` (G2) and ``{agents:{defaults:{memorySearch}}}`` (G1) shapes,
+    and openclaw.json's agent roster (``agents.entries`` or legacy ``agents.list``) with each
+    agent's workspace and ``memory.search`` / ``memorySearch`` overrides."""
     known = set(MemoryCoreConfig.model_fields) | {f.alias for f in MemoryCoreConfig.model_fields.values() if f.alias}
     agents = doc.get("agents")
-    g1 = isinstance(agents, Mapping) and isinstance(agents.get("defaults"), Mapping) and (
-        "memorySearch" in agents["defaults"] or "list" in agents
+    roster = _agent_roster(agents)
+    a_defaults = agents.get("defaults") if isinstance(agents, Mapping) else None
+    g1 = bool(roster) or isinstance(a_defaults, Mapping) and (
+        "memorySearch" in a_defaults or "workspace" in a_defaults
     )
     mem = doc.get("memory")
     g2 = isinstance(mem, Mapping) and isinstance(mem.get("search"), Mapping)
     if not (g1 or g2):
         return doc
     base: dict[str, Any] = {k: v for k, v in doc.items() if k in known and k not in ("agents", "memory")}
+    models = doc.get("models")
+    if isinstance(models, Mapping) and isinstance(models.get("providers"), Mapping):
+        # upstream's provider credentials and endpoints (models.providers.<id>.apiKey / baseUrl)
+        base["modelProviders"] = {str(k): dict(v) for k, v in models["providers"].items() if isinstance(v, Mapping)}
     overrides: dict[str, Any] = {}
     if g2:
         base = _deep_merge(base, mem["search"])
         if isinstance(agents, Mapping):
             for aid, a in agents.items():
+                if aid in _AGENTS_SECTION_KEYS:
+                    continue
                 if isinstance(a, Mapping) and isinstance(a.get("memory"), Mapping):
                     search = a["memory"].get("search")
                     if isinstance(search, Mapping):
@@ -591,9 +687,22 @@ def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
         if isinstance(flush, Mapping):  # the flush keys memory-core reads (upstream has more compaction keys)
             known = {f.alias or n for n, f in MemoryFlush.model_fields.items()}
             base["compaction"] = {"memoryFlush": {k: v for k, v in flush.items() if k in known}}
-        for entry in agents.get("list") or []:
-            if isinstance(entry, Mapping) and entry.get("id") and isinstance(entry.get("memorySearch"), Mapping):
-                overrides[str(entry["id"])] = dict(entry["memorySearch"])
+        defaults_ws = defaults.get("workspace") if isinstance(defaults.get("workspace"), str) else None
+        defaults_ws = (defaults_ws or "").strip() or None
+        owner = _roster_owner(roster)
+        for aid, entry in roster.items():
+            override: dict[str, Any] = {}
+            if isinstance(entry.get("memorySearch"), Mapping):  # legacy per-agent shape
+                override = _deep_merge(override, entry["memorySearch"])
+            search = (entry.get("memory") or {}).get("search") if isinstance(entry.get("memory"), Mapping) else None
+            if isinstance(search, Mapping):  # 2026.9: agents.entries.<id>.memory.search
+                override = _deep_merge(override, search)
+            override["workspace"] = _roster_workspace(aid, entry, defaults_ws, owner)
+            overrides[aid] = override
+        if roster and "agentId" not in base:
+            base["agentId"] = owner or next(iter(roster))
+        elif not roster and defaults_ws and "workspace" not in base:
+            base["workspace"] = defaults_ws
     if isinstance(mem, Mapping) and "citations" in mem:  # upstream memory.citations, in either shape
         base["citations"] = mem["citations"]
     if overrides:
@@ -604,7 +713,7 @@ def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
 def _read_file(path: str) -> dict[str, Any]:
     p = Path(path).expanduser()
     ext = p.suffix.lower()
-    if ext not in (".toml", ".json"):
+    if ext not in (".toml", ".json", ".json5"):
         raise ConfigError(
             f"config file {p}: unsupported extension {ext or '(none)'!r}; use a .toml or .json file"
         )
@@ -624,15 +733,30 @@ def _read_file(path: str) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {p}: TOML syntax error: {exc}") from exc
     else:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"config file {p}: JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}"
-            ) from exc
+        doc = _read_json5(p, text)
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {p}: the top level must be a table/object, not {type(doc).__name__}")
     return doc
+
+
+def _read_json5(p: Path, text: str) -> Any:
+    """A ``.json`` file read as OpenClaw reads ``openclaw.json``: JSON5 (comments, trailing commas,
+    unquoted keys, single quotes). Plain JSON is read by the faster ``json`` first."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        first = exc
+    import json5
+
+    try:
+        return json5.loads(text)
+    except ValueError as exc:
+        import re
+
+        m = re.search(r":(\d+) (.*) at column (\d+)", str(exc), re.DOTALL)
+        where, what = ((f"line {m.group(1)} column {m.group(3)}", m.group(2).replace("\n", "\\n")) if m
+                       else (f"line {first.lineno} column {first.colno}", first.msg))
+        raise ConfigError(f"config file {p}: JSON syntax error at {where}: {what}") from None
 
 
 def _env_value(raw: str) -> Any:

@@ -55,7 +55,8 @@ def build_server(tools: MemoryTools) -> Server[Any]:
     """The MCP server object (transport-independent)."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+        registered = {c.name for c in tools.contracts()}  # none when memory search is disabled
+        return types.ListToolsResult(tools=[t for t in TOOLS if t.name in registered])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         args = dict(params.arguments or {})

@@ -116,6 +116,11 @@ def include_citations(mode: str, session_key: str | None) -> bool:
     return mode == "on" or (mode != "off" and chat_type(session_key) == "direct")
 
 
+# upstream's answer of a memory_search whose agent has memory search disabled
+# (extensions/memory-core/index.ts createLazyMemoryTool: the tool did not load)
+DISABLED_RESULT: dict[str, Any] = {"disabled": True, "unavailable": True, "error": "memory search unavailable"}
+
+
 def unavailable_result(error: str | None, *, agent_id: str | None = None, deadline: bool = False,
                        timeout_ms: int = DEFAULT_MEMORY_SEARCH_TIMEOUT_MS) -> dict[str, Any]:
     """``buildMemorySearchUnavailableResult``: the result an agent gets when memory search failed
@@ -202,8 +207,11 @@ class MemoryTools:
                 self._core.close()
             self._core = None
 
-    def contracts(self) -> tuple[ToolContract, ToolContract]:
-        """The two tools as a host registers them."""
+    def contracts(self) -> tuple[ToolContract, ...]:
+        """The two tools as a host registers them; none when memory search is disabled
+        (``memory.search.enabled = false``: upstream registers no memory tools)."""
+        if not self.config.enabled:
+            return ()
         return (ToolContract("memory_search", "Memory Search", SEARCH_DESCRIPTION, SEARCH_SCHEMA, self.search),
                 ToolContract("memory_get", "Memory Get", GET_DESCRIPTION, GET_SCHEMA, self.get))
 
@@ -238,6 +246,8 @@ class MemoryTools:
 
     def search(self, args: dict[str, Any], *, session_key: str | None = None) -> dict[str, Any]:
         """``memory_search``: bad arguments raise ToolArgumentError; failures return the unavailable result."""
+        if not self.config.enabled:
+            return dict(DISABLED_RESULT)
         started = time.perf_counter()
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():

@@ -47,7 +47,7 @@ def test_index_and_status_json_on_example_workspace(tmp_path, example_ws):
 
     r = run(["status", "--workspace", str(example_ws), "--config", cfg, "--json"], home)
     assert r.returncode == 0, r.stderr
-    st = json.loads(r.stdout)
+    [st] = json.loads(r.stdout)  # one entry per agent
     assert st["dbPath"] == str(home / "example.sqlite")  # the example is its own agent
     assert (st["agent"], st["files"], st["chunks"], st["chunksBySource"]) == (
         "example", 19, 39, {"memory": 37, "sessions": 2})

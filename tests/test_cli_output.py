@@ -142,7 +142,7 @@ def test_every_cli_json_output_is_camel_case(ws, capsys):
         assert rc == 0, (name, err)
         outputs[name] = json.loads(out)
     assert {name: snake_keys(data) for name, data in outputs.items()} == {name: [] for name in outputs}
-    assert outputs["status"]["lastSync"]["reason"] == "cli" and outputs["index --force"]["chunksWritten"] == 1
+    assert outputs["status"][0]["lastSync"]["reason"] == "cli" and outputs["index --force"]["chunksWritten"] == 1
 
 
 def test_status_json_last_sync_at_is_the_recorded_sync(ws, capsys):
@@ -151,7 +151,7 @@ def test_status_json_last_sync_at_is_the_recorded_sync(ws, capsys):
     args = ["--workspace", str(ws), "--json"]
     run(capsys, "index", *args)
     _, out, _ = run(capsys, "status", *args)
-    st = json.loads(out)
+    [st] = json.loads(out)
     assert st["lastSync"]["time"] > 0
     assert (st["freshness"]["lastSyncAt"], st["freshness"]["lastSyncReason"]) == (
         st["lastSync"]["time"] / 1000, "cli")
@@ -170,6 +170,6 @@ def test_status_deep_does_not_call_embeddings_available_without_a_provider(ws, c
     rc, out, _ = run(capsys, "status", "--deep", *args)
     assert rc == 0 and "Embeddings: none (no embedding provider (provider = 'none'); search is keyword-only)" in out
     rc, out, _ = run(capsys, "status", "--deep", "--json", *args)
-    assert json.loads(out)["providerCheck"] == {
+    assert json.loads(out)[0]["providerCheck"] == {
         "available": False, "mode": "fts-only",
         "reason": "no embedding provider (provider = 'none'); search is keyword-only"}

@@ -81,6 +81,7 @@ EXPECTED_DEFAULTS = {
     "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token",
                 "maxConnections": 256, "idleTimeoutSeconds": 600.0},
     "agents": {},
+    "modelProviders": {},
     "citations": "auto",
     "userTimezone": None,
     "compaction": {"memoryFlush": {"enabled": True, "softThresholdTokens": None, "forceFlushTranscriptBytes": None,
@@ -234,8 +235,8 @@ def test_file_errors(tmp_path):
     yaml.write_text("a: 1")
     assert "unsupported extension '.yaml'; use a .toml or .json file" in _err(path=str(yaml), env={})
     bad_json = tmp_path / "bad.json"
-    bad_json.write_text('{\n  "query": {\n    "maxResults": 3,\n  }\n}\n')
-    assert f"config file {bad_json}: JSON syntax error at line 4 column 3" in _err(path=str(bad_json), env={})
+    bad_json.write_text('{\n  "query": {\n    "maxResults": 3,,\n  }\n}\n')  # JSON5 allows one trailing comma
+    assert f"config file {bad_json}: JSON syntax error at line 3 column 22" in _err(path=str(bad_json), env={})
     bad_toml = tmp_path / "bad.toml"
     bad_toml.write_text("[query]\nmaxResults = = 3\n")
     assert "TOML syntax error" in _err(path=str(bad_toml), env={}) and "line 2" in _err(path=str(bad_toml), env={})
@@ -299,8 +300,10 @@ def test_upstream_g1_shape_with_agent_list(tmp_path):
     }
     path.write_text(json.dumps(doc))
     cfg = load_config(path, env={})
-    assert cfg.extra_paths == ["shared"]
-    assert (cfg.query.hybrid.vector_weight, cfg.query.hybrid.text_weight) == pytest.approx((0.625, 0.375))
+    assert cfg.agent_id == "beta"  # the sole configured agent is the default one (upstream)
+    nobody = cfg.for_agent("nobody")
+    assert nobody.extra_paths == ["shared"]
+    assert (nobody.query.hybrid.vector_weight, nobody.query.hybrid.text_weight) == pytest.approx((0.625, 0.375))
     beta = cfg.for_agent("beta")
     # per key: agent override, then defaults (raw values, normalised after the merge); extraPaths concatenate
     assert beta.extra_paths == ["shared", "beta-notes"]

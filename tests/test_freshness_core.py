@@ -228,7 +228,7 @@ def test_one_shot_status_notices_an_edit_without_a_watcher(tmp_path, monkeypatch
 
     def dirty() -> bool:
         assert cli_main(["status", *args]) == 0
-        return json.loads(capsys.readouterr().out)["dirty"]
+        return json.loads(capsys.readouterr().out)[0]["dirty"]
 
     assert cli_main(["index", *args]) == 0
     capsys.readouterr()

@@ -129,7 +129,7 @@ def test_ctrl_c_during_index_ends_cleanly_and_records_the_interrupt(tmp_path):
 
     r = cli("status", "--json")
     assert r.returncode == 0, r.stderr
-    st = json.loads(r.stdout)
+    [st] = json.loads(r.stdout)
     assert (st["files"], st["lastSync"]["error"]) == (1, "full reindex failed: interrupted (KeyboardInterrupt)")
     r = cli("search", "marker", "--json")
     assert [h["path"] for h in json.loads(r.stdout)["results"]] == ["memory/old.md"]

@@ -56,7 +56,7 @@ def test_searching_from_another_folder_fails_and_keeps_the_index(tmp_path):
         f"error: the index of agent 'main' was built from workspace {ws}, not {empty}; nothing was synced or "
         f"removed. Pass --workspace {ws} (or set `workspace` in the config), or re-point the index to this "
         f"folder with `memory-core index --agent main --workspace {empty} --repoint`\n")
-    status = json.loads(cli("status", "--json", "--workspace", str(ws), cwd=empty, home=home).stdout)
+    [status] = json.loads(cli("status", "--json", "--workspace", str(ws), cwd=empty, home=home).stdout)
     assert (status["files"], status["chunks"]) == (1, 1)
     found = cli("search", "flaky tests", "--workspace", str(ws), cwd=empty, home=home)
     assert "MEMORY.md" in found.stdout
@@ -71,7 +71,7 @@ def test_index_repoint_moves_the_index_to_another_workspace_only_when_asked(tmp_
     assert refused.returncode == 2 and "--repoint" in refused.stderr
     moved = cli("index", "--workspace", str(new), "--repoint", cwd=tmp_path, home=home)
     assert moved.returncode == 0, moved.stderr
-    status = json.loads(cli("status", "--json", "--workspace", str(new), cwd=tmp_path, home=home).stdout)
+    [status] = json.loads(cli("status", "--json", "--workspace", str(new), cwd=tmp_path, home=home).stdout)
     assert status["files"] == 2
     with pytest.raises(WorkspaceMismatch):
         MemoryCore(str(old), config=load_config(None, env={"MEMORY_CORE_HOME": str(home)}))
@@ -309,7 +309,7 @@ def test_serve_opens_syncs_and_watches_every_agent_at_start(tmp_path):
         out = subprocess.run([sys.executable, "-m", "memory_core", "status", "--json", "--config", str(cfg_path),
                               "--agent", agent], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
                              check=False)
-        return json.loads(out.stdout) if out.returncode == 0 else {}
+        return json.loads(out.stdout)[0] if out.returncode == 0 else {}
 
     with log.open("w") as err, serve_process(cfg_path, env=env, stderr=err):
         # no request is sent: the server indexes both agents and keeps watching them

@@ -40,7 +40,27 @@ def load_cli_config(args: argparse.Namespace, overrides: dict[str, Any] | None =
     return cfg
 
 
-def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) -> Any:
+def agent_configs(args: argparse.Namespace) -> list[Any]:
+    """The configurations of the agents a command covers (upstream ``memory status`` / ``index``):
+    ``--agent ID`` that one; ``--workspace`` the default agent (one workspace is one agent's);
+    else every configured agent. The config's notices go to stderr once."""
+    from memory_core.config import load_config
+
+    cfg = load_config(getattr(args, "config", None))
+    agent = getattr(args, "agent", None)
+    if agent:
+        ids = [agent]
+    elif getattr(args, "workspace", None):
+        ids = [cfg.agent_id]
+    else:
+        ids = cfg.agent_ids
+    out = [cfg if aid == cfg.agent_id else cfg.for_agent(aid) for aid in ids]
+    for notice in cfg.notices:
+        print(f"warning: {notice}", file=sys.stderr)
+    return out
+
+
+def open_core(args: argparse.Namespace, *, pool: bool = False, config: Any = None, **kwargs: Any) -> Any:
     """The MemoryCore for ``--workspace/--agent/--config``.
 
     A one-shot command (the default) runs in-process (``pool.workers = 0``): starting worker
@@ -48,7 +68,7 @@ def open_core(args: argparse.Namespace, *, pool: bool = False, **kwargs: Any) ->
     pool, for long-running commands and for ``index`` (which hands work to it only when it pays)."""
     from memory_core.core import MemoryCore
 
-    cfg = load_cli_config(args)
+    cfg = config if config is not None else load_cli_config(args)
     return MemoryCore(getattr(args, "workspace", None), agent_id=cfg.agent_id, config=cfg,
                       pool=None if pool else False, **kwargs)
 

@@ -7,21 +7,42 @@ import sys
 import time
 from typing import Any
 
-from memory_core.cli.common import EXIT_FAILURE, open_core, print_json
+from memory_core.cli.common import EXIT_FAILURE, agent_configs, open_core, print_json
 from memory_core.output import escape_control
 from memory_core.progress import Progress
 
 
+def _disabled(cfg: Any) -> bool:
+    if cfg.enabled:
+        return False
+    print(f"Memory search is disabled for agent {cfg.agent_id} (memory.search.enabled = false); skipped",
+          file=sys.stderr)
+    return True
+
+
 def _cmd_index(args: argparse.Namespace) -> int:
-    core = open_core(args, pool=True, repoint=args.repoint)
+    """Every configured agent (``--agent`` narrows); the worst exit code wins."""
+    rc = 0
+    summaries = []
+    for cfg in agent_configs(args):
+        if _disabled(cfg):
+            continue
+        agent_rc, summary = _index_one(args, cfg)
+        rc = max(rc, agent_rc)
+        summaries.append(summary)
+    if args.json:
+        print_json(summaries[0] if len(summaries) == 1 else summaries)
+    return rc
+
+
+def _index_one(args: argparse.Namespace, cfg: Any) -> tuple[int, Any]:
+    core = open_core(args, pool=True, config=cfg, repoint=args.repoint)
     try:
         with Progress("Indexing", unit="files") as progress:
             summary = core.index(force=args.force, progress=progress)
     finally:
         core.close()
-    if args.json:
-        print_json(summary.to_json())
-    else:
+    if not args.json:
         if summary.moved_aside:
             print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
                   "(with its -wal/-shm, if any) and rebuilt from scratch")
@@ -34,7 +55,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
             print(f"  skipped {escape_control(p['path'])}: {escape_control(p['message'])}", file=sys.stderr)
         if len(summary.problems) > 20:
             print(f"  ... and {len(summary.problems) - 20} more problems (see --json)", file=sys.stderr)
-    return EXIT_FAILURE if summary.failed else 0
+    return (EXIT_FAILURE if summary.failed else 0), summary.to_json()
 
 
 def _status_json(st: dict[str, Any]) -> dict[str, Any]:
@@ -50,19 +71,35 @@ def _status_json(st: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    core = open_core(args)
-    try:
-        st = core.status(deep=args.deep)
-    finally:
-        core.close()
+    """Every configured agent (``--agent`` narrows); ``--json`` is one entry per agent, as upstream's
+    aggregate array (a disabled agent has none)."""
+    entries = []
+    texts = []
+    for cfg in agent_configs(args):
+        if _disabled(cfg):
+            continue
+        core = open_core(args, config=cfg)
+        try:
+            st = core.status(deep=args.deep)
+        finally:
+            core.close()
+        st["notices"] = cfg.unused_settings
+        entries.append(_status_json(st))
+        if not args.json:
+            texts.append(_status_text(args, st))
+    if args.json:
+        print_json(entries)
+    else:
+        print("\n\n".join(texts))
+    return 0
+
+
+def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:
     loose = st.get("loose_permissions") or []
     if loose:
         shown = ", ".join(f"{escape_control(item['path'])} ({item['mode']})" for item in loose[:3])
         print(f"warning: other users can read the index: {shown}{' ...' if len(loose) > 3 else ''}; run "
               "`memory-core index` to make it private (files 0600, state dir 0700)", file=sys.stderr)
-    if args.json:
-        print_json(_status_json(st))
-        return 0
     vec = st["vector"]
     fts = st["fts"]
     lines = [
@@ -105,8 +142,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if "integrity" in st:
             lines.append(f"Integrity: {st['integrity']}" + (
                 "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))
-    print("\n".join(lines))
-    return 0
+    lines.extend(st.get("notices") or [])
+    return "\n".join(lines)
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

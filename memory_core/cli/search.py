@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from memory_core.cli.common import open_core
+from memory_core.cli.common import load_cli_config, open_core, print_json
 from memory_core.errors import InvalidRequest
 from memory_core.output import escape_control
 
@@ -106,14 +106,21 @@ def _format_explain(data: dict[str, Any]) -> str:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from memory_core.cli.common import print_json
     from memory_core.search.render import wire
 
     query = args.query_opt if args.query_opt is not None else args.query
     if query is None or not query.strip():
         raise InvalidRequest("a query is required: memory-core search QUERY (or --query TEXT)"
                              + ("; the query given was blank" if query is not None else ""))
-    core = open_core(args)
+    cfg = load_cli_config(args)
+    if not cfg.enabled:  # upstream `memory search --json` of a disabled agent; a successful exit
+        if args.json:
+            print_json({"agentId": cfg.agent_id, "status": "disabled"})
+        else:
+            print(f"Memory search is disabled for agent {cfg.agent_id} (memory.search.enabled = false)",
+                  file=sys.stderr)
+        return 0
+    core = open_core(args, config=cfg)
     try:
         kwargs = dict(max_results=args.max_results, min_score=args.min_score, sources=args.source,
                       lexical_only=args.lexical_only, active_project_keys=args.project)

@@ -1,0 +1,120 @@
+"""An OpenClaw operator's openclaw.json read as-is (issue 24): JSON5, the agent roster with its
+workspaces and per-agent ``memory.search``, ``enabled = false``, and the keys memory-core accepts
+without using them. Upstream: src/config/ (JSON5 via ``json5``), ``resolveAgentWorkspaceDir``
+(dist/agent-scope-config-*.mjs), docs/reference/memory-config.md, docs/cli/memory.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memory_core.capability import memory_capability
+from memory_core.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OPENCLAW_JSON = """\
+// an operator's openclaw.json: comments, unquoted keys, single quotes, trailing commas
+{
+  agents: {
+    defaults: { workspace: '%(base)s/workspaces', },
+    entries: {
+      home: { workspace: "%(base)s/home-ws" },   // its own workspace
+      work: { memory: { search: { query: { maxResults: 3, }, }, }, },  // <defaults>/work
+    },
+  },
+  memory: {
+    search: { provider: "none", rememberAcrossConversations: true, },
+    citations: "off",
+  },
+}
+"""
+
+
+@pytest.fixture
+def operator(tmp_path):
+    """openclaw.json with two agents, each with its own workspace and memory."""
+    (tmp_path / "home-ws").mkdir()
+    (tmp_path / "home-ws" / "MEMORY.md").write_text("- The cat is called Tom.\n")
+    (tmp_path / "workspaces" / "work").mkdir(parents=True)
+    (tmp_path / "workspaces" / "work" / "MEMORY.md").write_text("- Alice owns billing; the cat sits on the invoice.\n")
+    path = tmp_path / "openclaw.json"
+    path.write_text(OPENCLAW_JSON % {"base": tmp_path})
+    return path
+
+
+def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MEMORY_CORE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env.pop("MEMORY_CORE_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "memory_core", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_json5_roster_workspaces_and_per_agent_settings(operator, tmp_path):
+    cfg = load_config(operator, env={})
+    assert (cfg.agent_id, cfg.agent_ids, cfg.citations) == ("home", ["home", "work"], "off")
+    home, work = cfg.for_agent("home"), cfg.for_agent("work")
+    assert (home.workspace, home.query.max_results) == (str(tmp_path / "home-ws"), 6)
+    assert (work.workspace, work.query.max_results) == (str(tmp_path / "workspaces" / "work"), 3)
+
+
+def test_legacy_agent_list_and_owner_default_workspace(tmp_path):
+    path = tmp_path / "openclaw.json"
+    path.write_text(json.dumps({"agents": {
+        "defaults": {"workspace": str(tmp_path / "ws"), "memorySearch": {"query": {"maxResults": 4}}},
+        "list": [{"id": "main"}, {"id": "ops", "workspace": str(tmp_path / "ops"), "memorySearch": {"chunking": {"tokens": 200}}}],
+    }}))
+    cfg = load_config(path, env={})
+    ops = cfg.for_agent("ops")
+    assert (cfg.agent_ids, cfg.workspace, cfg.query.max_results) == (["main", "ops"], str(tmp_path / "ws"), 4)
+    assert (ops.workspace, ops.chunking.tokens, ops.query.max_results) == (str(tmp_path / "ops"), 200, 4)
+
+
+def test_accepted_but_unused_keys_are_named(operator):
+    cfg = load_config(operator, env={})
+    assert cfg.for_agent("work").unused_settings == [
+        'accepted, not used by memory-core: rememberAcrossConversations (memory-core runs no Active Memory pass; '
+        'index transcripts with experimental.sessionMemory and sources = ["memory", "sessions"])']
+
+
+def test_status_and_search_cover_each_agent(operator, tmp_path):
+    home = tmp_path / "state"
+    r = cli("index", "--config", str(operator), home=home)
+    assert r.returncode == 0, r.stderr
+    r = cli("status", "--config", str(operator), "--json", home=home)
+    assert r.returncode == 0, r.stderr
+    status = json.loads(r.stdout)
+    assert [(s["agent"], s["workspace"], s["files"]) for s in status] == [
+        ("home", str(tmp_path / "home-ws"), 1), ("work", str(tmp_path / "workspaces" / "work"), 1)]
+    assert status[0]["notices"][0].startswith("accepted, not used by memory-core: rememberAcrossConversations")
+    r = cli("status", "--config", str(operator), "--json", "--agent", "work", home=home)
+    assert [s["agent"] for s in json.loads(r.stdout)] == ["work"]
+    for agent, text in (("home", "The cat is called Tom."), ("work", "Alice owns billing; the cat sits on the invoice.")):
+        r = cli("search", "cat", "--config", str(operator), "--agent", agent, "--json", home=home)
+        assert r.returncode == 0, r.stderr
+        assert [h["snippet"].strip("- \n") for h in json.loads(r.stdout)["results"]] == [text]
+
+
+def test_disabled_agent_has_no_prompt_no_tools_and_a_disabled_search(tmp_path):
+    path = tmp_path / "openclaw.json"
+    path.write_text("{memory: {search: {enabled: false}}, agents: {entries: {main: {workspace: '%s'}}}}" % tmp_path)
+    cfg = load_config(path, env={})
+    cap = memory_capability(cfg)
+    try:
+        assert cap.prompt_builder({"memory_search", "memory_get"}) == []
+        assert cap.tools("main") == ()
+    finally:
+        cap.close()
+    from memory_core.tools import MemoryTools
+
+    assert MemoryTools(cfg).search({"query": "cat"}) == {
+        "disabled": True, "unavailable": True, "error": "memory search unavailable"}
+    r = cli("search", "cat", "--config", str(path), "--json", home=tmp_path / "state")
+    assert (r.returncode, json.loads(r.stdout)) == (0, {"agentId": "main", "status": "disabled"})
+    r = cli("status", "--config", str(path), "--json", home=tmp_path / "state")
+    assert (r.returncode, json.loads(r.stdout)) == (0, [])
