@@ -236,7 +236,7 @@ class MemoryCore:
         # every search asks (freshness and the engine): the comparison is kept while the stored meta,
         # the config and the provider (and its dims, which some learn late) are the same
         provider = self._provider
-        key = (raw, getattr(provider, "dims", None))
+        key = (raw, getattr(provider, "dims", None), getattr(provider, "provider_key", None))  # a fallback switches it
         memo = self._identity_memo
         if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
             state, diff = memo[3]
@@ -322,6 +322,19 @@ class MemoryCore:
 
     def _do_sync(self, *, reason: str, force: bool, paths: Sequence[str] | None,
                  progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
+        from memory_core.embeddings.fallback import FallbackActivated
+
+        try:
+            return self._do_sync_once(reason=reason, force=force, paths=paths, progress=progress,
+                                      rebuild_on_mismatch=rebuild_on_mismatch, repair=repair)
+        except FallbackActivated:
+            # the primary provider failed for good: every vector comes from the fallback now, so the
+            # index is rebuilt with it (its identity records the fallback), never mixed
+            self._identity_memo = None
+            return self._full_reindex(reason=reason, provider=self.provider, progress=progress)
+
+    def _do_sync_once(self, *, reason: str, force: bool, paths: Sequence[str] | None,
+                      progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
         provider = self.provider
         if force and repair:  # a full rebuild that does not need the live index to be readable
             return self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)

@@ -111,7 +111,8 @@ def _call_with_retry(
         except (OSError, TimeoutError, ValueError, RuntimeError) as exc:
             last = ProviderRequestError(f"{type(exc).__name__}: {exc}")
         if attempt < len(delays):
-            sleep(delays[attempt])
+            # a 429's Retry-After (seconds, capped by the provider) wins over a shorter back-off
+            sleep(max(delays[attempt], getattr(last, "retry_after", None) or 0.0))
     assert last is not None
     raise last
 

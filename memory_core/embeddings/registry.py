@@ -47,11 +47,14 @@ def _load_builtins() -> None:
             return
         from memory_core.embeddings.local import create_local
         from memory_core.embeddings.openai_compatible import create_openai_compatible
+        from memory_core.embeddings.remote import SPECS, factory
 
         # setdefault: a provider registered by the application before first use wins over the built-in.
         _REGISTRY.setdefault("local", create_local)
         _REGISTRY.setdefault("openai-compatible", create_openai_compatible)
         _REGISTRY.setdefault("none", lambda config: None)
+        for name in SPECS:  # openai, gemini, voyage, mistral, ollama, lmstudio
+            _REGISTRY.setdefault(name, factory(name))
         _REGISTRY.setdefault("auto", _auto_factory)
         _BUILTINS_LOADED = True
 
@@ -76,9 +79,36 @@ def create_embedding_provider(config: MemoryCoreConfig) -> EmbeddingProvider | N
     """
     _load_builtins()
     name = (config.provider or "none").strip().lower()
+    factory = _factory(name, "provider")
+    fallback = (config.fallback or "none").strip().lower()
+    if fallback in ("none", name) or name == "none":
+        return factory(config)
+    fb_factory = _factory(fallback, "fallback")
+
+    def make_fallback() -> EmbeddingProvider:
+        from memory_core.embeddings.remote import SPECS, create_named
+
+        # the primary's model and remote settings are not the fallback's (upstream)
+        provider = create_named(SPECS[fallback], config, as_fallback=True) if fallback in SPECS else fb_factory(config)
+        if provider is None:
+            raise ConfigError(f"fallback: {fallback!r} is no embedding provider; use another or \"none\"")
+        return provider
+
+    from memory_core.embeddings.fallback import FallbackProvider
+
+    try:
+        primary = factory(config)
+    except (ProviderUnavailable, ConfigError) as exc:  # the primary cannot even be created
+        return FallbackProvider(None, make_fallback, primary_name=name, reason=exc.message)
+    if primary is None:
+        return None
+    return FallbackProvider(primary, make_fallback, primary_name=name)
+
+
+def _factory(name: str, key: str) -> ProviderFactory:
     factory = _REGISTRY.get(name)
     if factory is None:
         raise ConfigError(
-            f"provider: unknown embedding provider {name!r}; use one of {', '.join(registered_providers())}"
+            f"{key}: unknown embedding provider {name!r}; use one of {', '.join(registered_providers())}"
         )
-    return factory(config)
+    return factory
