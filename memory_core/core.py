@@ -458,6 +458,15 @@ class MemoryCore:
             return set_aside(self.db_path)
 
     # ------------------------------------------------------------------ forget
+    def import_embeddings(self, path: str) -> Any:
+        """The CLI ``import-embeddings`` verb: seed the embedding cache from an OpenClaw index at
+        ``path`` (same provider and model, matched by chunk hash); see :mod:`memory_core.store.openclaw_import`."""
+        from memory_core.store.openclaw_import import import_embeddings
+
+        self._check_open()
+        with self._lock:
+            return import_embeddings(self, path)
+
     def forget_session(self, key: str, *, force: bool = False) -> int:
         """Tombstone a session transcript (``sessions/<file>.jsonl`` or its basename) and drop its rows.
 

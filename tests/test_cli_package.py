@@ -25,6 +25,7 @@ def test_main_knows_every_command_from_its_module_in_the_cli_package():
     commands = subcommands(build_parser())
     assert {name: p.get_default("func").__module__ for name, p in commands.items()} == {
         "index": "memory_core.cli.index", "status": "memory_core.cli.index",
+        "import-embeddings": "memory_core.cli.index",
         "search": "memory_core.cli.search", "get": "memory_core.cli.search",
         "serve": "memory_core.cli.serve", "mcp": "memory_core.cli.serve",
         "forget": "memory_core.cli.forget", "watch": "memory_core.cli.forget",
@@ -32,7 +33,7 @@ def test_main_knows_every_command_from_its_module_in_the_cli_package():
         "files": "memory_core.cli.files",
         "plugin": "memory_core.cli.plugin",
     }
-    assert list(commands) == ["index", "status", "search", "get", "serve", "mcp", "forget", "watch", "bench",
+    assert list(commands) == ["index", "status", "import-embeddings", "search", "get", "serve", "mcp", "forget", "watch", "bench",
                               "files", "plugin"]
     assert list(subcommands(commands["bench"])) == ["index", "quality", "latency", "throughput", "gateway",
                                                     "freshness", "cli"]

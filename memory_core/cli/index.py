@@ -146,6 +146,25 @@ def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    """``import-embeddings --from <openclaw index>``: one agent (``--agent``, default the configured one)."""
+    cfg = agent_configs(args)[0] if args.agent or args.workspace else None
+    core = open_core(args, config=cfg)
+    try:
+        report = core.import_embeddings(args.source)
+    finally:
+        core.close()
+    if args.json:
+        print_json(report.to_json())
+    else:
+        print(f"Imported {report.imported} vectors ({report.provider}/{report.model}, {report.dims or '-'} dims) "
+              f"from {escape_control(report.source)} into the embedding cache of agent {core.agent_id}"
+              + (f"; skipped {report.skipped} unreadable" if report.skipped else "")
+              + (f"; left alone: {', '.join(report.other_models)}" if report.other_models else ""))
+        print("  run `memory-core index`: unchanged chunks are not embedded again")
+    return 0
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("index", parents=[common], help="index the workspace (incremental; --force rebuilds)",
                        description="Index the agent workspace into its SQLite file. Incremental by default; "
@@ -162,3 +181,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--deep", action="store_true", help="also check the embedding provider and database integrity")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("import-embeddings", parents=[common],
+                       help="seed the embedding cache from an OpenClaw index (same provider and model)",
+                       description="Take the vectors an OpenClaw index already paid for (its embedding cache and "
+                                   "chunks, matched by chunk hash) into this agent's embedding cache, so the next "
+                                   "`memory-core index` embeds only what changed. Refuses another model or "
+                                   "dimension count.")
+    p.add_argument("--from", dest="source", required=True, metavar="SQLITE",
+                   help="the OpenClaw index, e.g. ~/.openclaw/agents/main/agent/openclaw-agent.sqlite")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_cmd_import)

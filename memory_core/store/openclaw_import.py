@@ -1,0 +1,176 @@
+"""Bring your embeddings: seed memory-core's embedding cache from an OpenClaw index (issue 24).
+
+OpenClaw 2026.9 keeps each agent's memory index in ``agents/<id>/agent/openclaw-agent.sqlite``:
+``memory_embedding_cache(provider, model, provider_key, hash, embedding, dims)`` and
+``memory_index_chunks(hash, model, embedding)``, with the index identity in ``memory_index_meta``
+(``memory_index_meta_v1``: provider, model, vectorDims). Its vectors are little-endian float64 BLOBs
+(8 bytes per dimension; float32 is read too). A chunk's hash is the sha256 of its text, as
+memory-core's, so a vector is taken for the same provider and model and keyed by memory-core's own
+provider key: the next ``memory-core index`` finds unchanged chunks in the cache and does not embed
+them. The provider key is not compared: upstream hashes other settings into it (and the secret-free
+parts differ), the provider and model are what decide the vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+import numpy as np
+
+from host_facades.vectors import normalize_rows
+from memory_core.errors import ConfigError, MemoryCoreError
+
+OPENCLAW_META_KEY = "memory_index_meta_v1"
+
+
+class ImportRefused(ConfigError):
+    """The OpenClaw index's vectors do not fit this configuration (provider, model or dimensions)."""
+
+    code = "import_refused"
+
+
+@dataclass
+class ImportReport:
+    """What ``import-embeddings`` took."""
+
+    source: str
+    provider: str
+    model: str
+    dims: int | None
+    imported: int = 0  # vectors written to the cache
+    skipped: int = 0  # rows of the same provider/model whose BLOB was not a vector of ``dims``
+    other_models: list[str] = field(default_factory=list)  # provider/model pairs left alone
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "provider": self.provider, "model": self.model, "dims": self.dims,
+                "imported": self.imported, "skipped": self.skipped, "otherModels": self.other_models}
+
+
+def decode_openclaw_vector(blob: Any, dims: int | None) -> np.ndarray | None:
+    """An OpenClaw vector BLOB (float64, or float32) of ``dims`` values (None: any), else None."""
+    if not isinstance(blob, (bytes, bytearray, memoryview)) or not len(blob):
+        return None
+    raw = bytes(blob)
+    if dims:
+        if len(raw) == dims * 8:
+            return np.frombuffer(raw, dtype="<f8").astype(np.float32)
+        if len(raw) == dims * 4:
+            return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+        return None
+    return np.frombuffer(raw, dtype="<f8").astype(np.float32) if len(raw) % 8 == 0 else None
+
+
+def read_openclaw_vectors(path: str, provider: str, model: str) -> tuple[dict[str, np.ndarray], ImportReport]:
+    """The vectors of ``provider``/``model`` in the OpenClaw index at ``path``, by chunk hash."""
+    report = ImportReport(source=path, provider=provider, model=model, dims=None)
+    if not os.path.isfile(path):
+        raise ConfigError(f"--from {path}: no such file; pass an OpenClaw index "
+                          "(~/.openclaw/agents/<id>/agent/openclaw-agent.sqlite)")
+    try:
+        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        conn.set_busy_timeout(5000)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except apsw.Error as exc:
+        raise ConfigError(f"--from {path}: not a readable SQLite database ({exc}); pass an OpenClaw index") from None
+    try:
+        if "memory_embedding_cache" not in tables and "memory_index_chunks" not in tables:
+            raise ConfigError(f"--from {path}: no OpenClaw memory index in it (no memory_embedding_cache or "
+                              "memory_index_chunks table)")
+        meta = _meta(conn, tables)
+        pairs: dict[tuple[str, str], int] = {}
+        rows: list[tuple[str, Any, Any]] = []
+        if "memory_embedding_cache" in tables:
+            for p, m, n in conn.execute("SELECT provider, model, count(*) FROM memory_embedding_cache GROUP BY 1, 2"):
+                pairs[(str(p), str(m))] = int(n)
+            rows += list(conn.execute("SELECT hash, embedding, dims FROM memory_embedding_cache"
+                                      " WHERE provider = ? AND model = ?", (provider, model)))
+        if "memory_index_chunks" in tables and meta.get("provider") == provider:
+            # the chunks' own vectors (an index whose cache was disabled or pruned)
+            dims = meta.get("vectorDims")
+            rows += [(h, e, dims) for h, e in conn.execute(
+                "SELECT hash, embedding FROM memory_index_chunks WHERE model = ?", (model,))]
+            if meta.get("model") == model:
+                pairs.setdefault((provider, model), 0)
+    except apsw.Error as exc:
+        raise ConfigError(f"--from {path}: cannot read its memory index ({exc})") from None
+    finally:
+        conn.close()
+    report.other_models = sorted(f"{p}/{m}" for p, m in pairs if (p, m) != (provider, model))
+    if not rows:
+        held = ", ".join(report.other_models) or "no vectors"
+        raise ImportRefused(
+            f"--from {path}: it holds {held}, not {provider}/{model}; set `provider` and `model` to the ones "
+            "it was built with (vectors of another model cannot be reused), or index from scratch")
+    out: dict[str, np.ndarray] = {}
+    dims_seen: dict[int, int] = {}
+    for h, blob, dims in rows:
+        vec = decode_openclaw_vector(blob, int(dims) if dims else None)
+        if vec is None or not np.all(np.isfinite(vec)):
+            report.skipped += 1
+            continue
+        out.setdefault(str(h), vec)
+        dims_seen[vec.size] = dims_seen.get(vec.size, 0) + 1
+    if len(dims_seen) > 1:
+        raise ImportRefused(f"--from {path}: its {provider}/{model} vectors have mixed dimensions "
+                            f"{sorted(dims_seen)}; rebuild that index with OpenClaw first")
+    report.dims = next(iter(dims_seen), None)
+    return out, report
+
+
+def _meta(conn: apsw.Connection, tables: set[str]) -> dict[str, Any]:
+    if "memory_index_meta" not in tables:
+        return {}
+    row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (OPENCLAW_META_KEY,)).fetchone()
+    try:
+        meta = json.loads(row[0]) if row else {}
+    except (TypeError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def import_embeddings(core: Any, path: str) -> ImportReport:
+    """Seed ``core``'s embedding cache with the OpenClaw index's vectors of its provider and model.
+
+    Refuses (:class:`ImportRefused`) another model, vectors whose dimensions differ from the
+    provider's (``outputDimensionality``) or from the memory-core index's, and keyword-only mode."""
+    provider = core.provider
+    if provider is None:
+        raise ConfigError('import-embeddings: provider is "none" (keyword-only): there is no embedding cache to seed; '
+                          "set `provider` and `model` to the ones the OpenClaw index was built with")
+    if not core.config.cache.enabled:
+        raise ConfigError("import-embeddings: cache.enabled = false: the imported vectors would not be used; "
+                          "enable the embedding cache")
+    vectors, report = read_openclaw_vectors(os.path.abspath(os.path.expanduser(path)), provider.id, provider.model)
+    want = getattr(provider, "dims", None)
+    stored = _index_dims(core)
+    for expected, what in ((want, f"provider {provider.id} gives"), (stored, "the memory-core index holds")):
+        if expected is not None and report.dims is not None and expected != report.dims:
+            raise ImportRefused(
+                f"--from {path}: its {provider.id}/{provider.model} vectors have {report.dims} dimensions but "
+                f"{what} {expected}-dimension vectors; set outputDimensionality to {report.dims} (or rebuild)")
+    if vectors:
+        items = dict(zip(vectors, normalize_rows(np.vstack(list(vectors.values()))), strict=True))
+        try:
+            core.writer.cache.put_many(provider.id, provider.model, provider.provider_key, items)
+        except apsw.Error as exc:
+            raise MemoryCoreError(f"import-embeddings: cannot write the embedding cache ({exc})") from None
+        report.imported = len(items)
+    return report
+
+
+def _index_dims(core: Any) -> int | None:
+    from memory_core.store import schema
+
+    raw = core.read_meta_value(schema.META_KEY)
+    try:
+        meta = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(meta, dict) or meta.get("provider") in (None, "none"):
+        return None
+    dims = meta.get("vectorDims")
+    return int(dims) if isinstance(dims, int) else None
