@@ -47,7 +47,9 @@ ROUTES = {
     "lmstudio": ("/v1", "/v1/embeddings"),
     "gemini": ("/v1beta", "/v1beta/models/gemini-embedding-001:batchEmbedContents"),
     "ollama": ("", "/api/embed"),
+    "openai-compatible": ("/v1", "/v1/embeddings"),
 }
+MODELS = {name: spec.default_model for name, spec in SPECS.items()} | {"openai-compatible": "test-embed"}
 NAMED = sorted(ROUTES)
 
 
@@ -138,6 +140,8 @@ def server():
 
 
 def config_for(name: str, server: ApiServer, key: str = KEY, **extra):
+    if name == "openai-compatible":  # no default model: the operator names one
+        extra.setdefault("model", MODELS[name])
     return load_config(env={}, overrides={"provider": name, "remote": {"baseUrl": server.url + ROUTES[name][0],
                                                                       "apiKey": key, "timeoutSeconds": 10}, **extra})
 
@@ -145,8 +149,7 @@ def config_for(name: str, server: ApiServer, key: str = KEY, **extra):
 @pytest.mark.parametrize("name", NAMED)
 def test_embeddings_land_in_the_api_shape(name, server):
     prov = create_embedding_provider(config_for(name, server))
-    spec = SPECS[name]
-    assert (prov.id, prov.model) == (name, spec.default_model)
+    assert (prov.id, prov.model) == (name, MODELS[name])
     texts = ["alpha beta", "gamma delta"]
     vecs = embed_chunks(prov, texts, ["h1", "h2"], None, sleep=lambda s: None)
     assert np.allclose(vecs, [unit(fake_vector(t)) for t in texts], atol=1e-6)
@@ -160,7 +163,7 @@ def test_embeddings_land_in_the_api_shape(name, server):
                                       "model": "models/gemini-embedding-001"} for t in texts]}
     else:
         assert req["headers"]["authorization"] == f"Bearer {KEY}"
-        expected = {"model": spec.default_model, "input": texts}
+        expected = {"model": MODELS[name], "input": texts}
         if name == "voyage":
             expected["input_type"] = "document"
         assert body == expected
@@ -204,11 +207,12 @@ def test_401_is_one_clear_line(name, server):
     prov = create_embedding_provider(config_for(name, server))
     with pytest.raises(ProviderUnavailable) as info:
         embed_chunks(prov, ["one", "two"], ["h1", "h2"], None, sleep=lambda s: None)
-    hint = {"gemini": "GEMINI_API_KEY or models.providers.google.apiKey"}.get(
-        name, f"{SPECS[name].env_key} or models.providers.{name}.apiKey")
+    hints = {"gemini": "GEMINI_API_KEY or models.providers.google.apiKey or memory.search.remote.apiKey",
+             "openai-compatible": "memory.search.remote.apiKey (or an Authorization header in remote.headers)"}
+    hint = hints.get(name) or f"{SPECS[name].env_key} or models.providers.{name}.apiKey or memory.search.remote.apiKey"
     assert info.value.message == (
         f"embedding provider {name} rejected the API key (HTTP 401 from {server.url}{ROUTES[name][1]}); "
-        f"set a valid key in {hint} or memory.search.remote.apiKey")
+        f"set a valid key in {hint}")
     assert len(server.requests) == 1 and KEY not in info.value.message
 
 

@@ -9,13 +9,11 @@ appears in messages, reprs or the provider key.
 from __future__ import annotations
 
 import json
-import socket
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import httpx
 import numpy as np
 
 from host_facades.vectors import normalize_rows
@@ -23,7 +21,7 @@ from memory_core.embeddings.base import (
     ProviderRequestError,
     compute_provider_key,
 )
-from memory_core.errors import ConfigError
+from memory_core.errors import ConfigError, ProviderUnavailable
 
 if TYPE_CHECKING:
     from memory_core.config import MemoryCoreConfig
@@ -92,6 +90,7 @@ class OpenAICompatibleProvider:
             }
         )
         self.requests = 0
+        self._client = httpx.Client(timeout=self.timeout_s)
 
     def __repr__(self) -> str:  # never show the key or header values
         return f"OpenAICompatibleProvider(url={self.url!r}, model={self.model!r}, dims={self.dims})"
@@ -116,32 +115,31 @@ class OpenAICompatibleProvider:
         headers.update(self._headers)
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        req = urllib.request.Request(
-            self.url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
-        )
         self.requests += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            excerpt = self._excerpt(exc.read() if exc.fp else b"")
-            status = exc.code
-            raise ProviderRequestError(
-                f"POST {self.url} returned HTTP {status}: {excerpt}",
+            resp = self._client.post(self.url, content=json.dumps(body).encode("utf-8"), headers=headers)
+        except httpx.TimeoutException as exc:
+            raise ProviderRequestError(f"POST {self.url} timed out after {self.timeout_s:g} s") from exc
+        except httpx.HTTPError as exc:
+            # unreachable server: retry, but splitting the batch cannot help
+            raise ProviderRequestError(f"POST {self.url} failed: {exc}", splittable=False) from None
+        status = resp.status_code
+        if status in (401, 403):
+            raise ProviderUnavailable(
+                f"embedding provider {PROVIDER_ID} rejected the API key (HTTP {status} from {self.url}); set a valid "
+                "key in memory.search.remote.apiKey (or an Authorization header in remote.headers)")
+        if status >= 400:
+            from memory_core.embeddings.remote import retry_after_seconds
+
+            err = ProviderRequestError(
+                f"POST {self.url} returned HTTP {status}: {self._excerpt(resp.content)}",
                 status=status,
                 retryable=status in RETRYABLE_STATUS,
                 splittable=status not in FATAL_STATUS,
-            ) from None
-        except (TimeoutError, socket.timeout) as exc:
-            raise ProviderRequestError(f"POST {self.url} timed out after {self.timeout_s:g} s") from exc
-        except urllib.error.URLError as exc:
-            # unreachable server: retry, but splitting the batch cannot help
-            raise ProviderRequestError(
-                f"POST {self.url} failed: {exc.reason}", splittable=False
-            ) from None
-        except OSError as exc:
-            raise ProviderRequestError(f"POST {self.url} failed: {exc}", splittable=False) from None
-        return self._parse(raw, len(texts))
+            )
+            err.retry_after = retry_after_seconds(resp.headers.get("retry-after"))  # type: ignore[attr-defined]
+            raise err
+        return self._parse(resp.content, len(texts))
 
     def _excerpt(self, raw: bytes) -> str:
         text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
