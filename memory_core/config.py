@@ -938,7 +938,18 @@ def load_config(
     origins: dict[str, str] = {}
     notices: list[str] = []
     if path is not None:
-        doc = _normalise_keys(_unwrap_upstream(_normalise_keys(_read_file(str(path)))))
+        raw_doc = _normalise_keys(_read_file(str(path)))
+        unwrapped = _unwrap_upstream(raw_doc)
+        if unwrapped is not raw_doc and "provider" not in unwrapped:
+            # openclaw.json without a provider: OpenClaw's default is OpenAI, used when its key is
+            # configured (upstream falls back to keyword search when embeddings are unavailable)
+            openai = (unwrapped.get("modelProviders") or {}).get("openai") or {}
+            if openai.get("apiKey") or env.get("OPENAI_API_KEY"):
+                unwrapped["provider"] = "openai"
+            else:
+                notices.append('provider: not set in the openclaw.json and no OpenAI key (OPENAI_API_KEY or '
+                               'models.providers.openai.apiKey): keyword-only search; set memory.search.provider')
+        doc = _normalise_keys(unwrapped)
         notices.extend(_exposed_secrets(Path(path).expanduser(), doc))
         data = _deep_merge(data, doc)
         where = f"config file {Path(path).expanduser()}"
@@ -969,6 +980,8 @@ _SECRET_KEYS = {"token", "password", "apiKey"}
 def _exposed_secrets(path: Path, doc: Mapping[str, Any]) -> list[str]:
     """A notice when the config file holds a secret and other users may read it (group/other bits)."""
     keys = [p for p in _leaf_paths(doc) if p.rsplit(".", 1)[-1] in _SECRET_KEYS]
+    keys += [f"models.providers.{pid}.apiKey" for pid, own in (doc.get("modelProviders") or {}).items()
+             if isinstance(own, Mapping) and own.get("apiKey")]
     try:
         mode = path.stat().st_mode & 0o777
     except OSError:

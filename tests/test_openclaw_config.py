@@ -118,3 +118,17 @@ def test_disabled_agent_has_no_prompt_no_tools_and_a_disabled_search(tmp_path):
     assert (r.returncode, json.loads(r.stdout)) == (0, {"agentId": "main", "status": "disabled"})
     r = cli("status", "--config", str(path), "--json", home=tmp_path / "state")
     assert (r.returncode, json.loads(r.stdout)) == (0, [])
+
+
+def test_unset_provider_is_openclaws_default_openai_when_its_key_is_there(tmp_path):
+    path = tmp_path / "openclaw.json"
+    path.write_text("{memory: {search: {query: {maxResults: 4}}}}")
+    cfg = load_config(path, env={"OPENAI_API_KEY": "sk-x"})
+    assert (cfg.provider, cfg.notices) == ("openai", [])
+    cfg = load_config(path, env={})
+    assert (cfg.provider, cfg.notices) == ("none", [
+        'provider: not set in the openclaw.json and no OpenAI key (OPENAI_API_KEY or models.providers.openai.apiKey): '
+        'keyword-only search; set memory.search.provider'])
+    path.write_text("{memory: {search: {}}, models: {providers: {openai: {apiKey: 'sk-y'}}}}")
+    path.chmod(0o600)
+    assert load_config(path, env={}).provider == "openai"
