@@ -48,3 +48,17 @@ def runtime_infos(pool, attempts: int = 50) -> dict[int, dict]:
             break
     assert want <= set(infos), f"workers {sorted(want - set(infos))} never answered runtime_info"
     return {pid: infos[pid] for pid in want}
+
+
+def memory_core_cli(*args: str, home) -> "subprocess.CompletedProcess[str]":
+    """``python -m memory_core ARGS`` from the repository, state in ``home`` (MEMORY_CORE_HOME),
+    no MEMORY_CORE_CONFIG from the caller's environment."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "MEMORY_CORE_HOME": str(home), "PYTHONPATH": str(root)}
+    env.pop("MEMORY_CORE_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "memory_core", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=120)

@@ -15,7 +15,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import memory_core_cli as mc
 from tests.test_gateway_openclaw_cli import find_client
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[1]
 DIMS = 16
 NOTES = {  # one-line daily notes: the same chunks in OpenClaw and memory-core
     "memory/2026-01-02.md": "- The deploy runs on Fridays.\n",
@@ -113,13 +112,6 @@ def openclaw_index(tmp_path_factory):
     assert sorted(t for batch in server.inputs for t in batch) == sorted(NOTES.values())
     yield config, ws, index, server
     server.close()
-
-
-def mc(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MEMORY_CORE_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    env.pop("MEMORY_CORE_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "memory_core", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
 
 
 def test_imported_vectors_mean_zero_embedding_calls_for_unchanged_chunks(openclaw_index, tmp_path):

@@ -6,17 +6,12 @@ without using them. Upstream: src/config/ (JSON5 via ``json5``), ``resolveAgentW
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from memory_core.capability import memory_capability
 from memory_core.config import load_config
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import memory_core_cli as cli
 
 OPENCLAW_JSON = """\
 // an operator's openclaw.json: comments, unquoted keys, single quotes, trailing commas
@@ -46,13 +41,6 @@ def operator(tmp_path):
     path = tmp_path / "openclaw.json"
     path.write_text(OPENCLAW_JSON % {"base": tmp_path})
     return path
-
-
-def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MEMORY_CORE_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    env.pop("MEMORY_CORE_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "memory_core", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
 
 
 def test_json5_roster_workspaces_and_per_agent_settings(operator, tmp_path):

@@ -22,7 +22,6 @@ openclaw/openclaw):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,9 +35,9 @@ from memory_core.embeddings import create_embedding_provider, embed_chunks, embe
 from memory_core.embeddings.remote import SPECS, retry_after_seconds
 from memory_core.errors import ProviderUnavailable
 from memory_core.store import schema
+from tests.test_embeddings import DIMS, fake_vector, unit
 
 KEY = "sk-test-key-123"
-DIMS = 8
 # provider -> (base path the test points remote.baseUrl at, the path a document batch is POSTed to)
 ROUTES = {
     "openai": ("/v1", "/v1/embeddings"),
@@ -51,16 +50,6 @@ ROUTES = {
 }
 MODELS = {name: spec.default_model for name, spec in SPECS.items()} | {"openai-compatible": "test-embed"}
 NAMED = sorted(ROUTES)
-
-
-def fake_vector(text: str) -> list[float]:
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return [(b - 127.5) / 10.0 for b in digest[:DIMS]]
-
-
-def unit(vec) -> np.ndarray:
-    arr = np.asarray(vec, dtype=np.float32)
-    return arr / np.linalg.norm(arr)
 
 
 class ApiServer:

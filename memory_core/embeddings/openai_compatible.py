@@ -21,6 +21,7 @@ from memory_core.embeddings.base import (
     ProviderRequestError,
     compute_provider_key,
 )
+from memory_core.embeddings.remote import body_excerpt, post_json, status_error
 from memory_core.errors import ConfigError, ProviderUnavailable
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 PROVIDER_ID = "openai-compatible"
 DEFAULT_MAX_INPUT_BYTES = 8192
-BODY_EXCERPT_CHARS = 300
 # Statuses worth retrying as-is; other 4xx are the request's fault (a smaller batch may still pass).
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 FATAL_STATUS = {401, 403, 404, 405}
@@ -116,36 +116,19 @@ class OpenAICompatibleProvider:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         self.requests += 1
-        try:
-            resp = self._client.post(self.url, content=json.dumps(body).encode("utf-8"), headers=headers)
-        except httpx.TimeoutException as exc:
-            raise ProviderRequestError(f"POST {self.url} timed out after {self.timeout_s:g} s") from exc
-        except httpx.HTTPError as exc:
-            # unreachable server: retry, but splitting the batch cannot help
-            raise ProviderRequestError(f"POST {self.url} failed: {exc}", splittable=False) from None
+        resp = post_json(self._client, self.url, body, headers, timeout_splittable=True)
         status = resp.status_code
         if status in (401, 403):
             raise ProviderUnavailable(
                 f"embedding provider {PROVIDER_ID} rejected the API key (HTTP {status} from {self.url}); set a valid "
                 "key in memory.search.remote.apiKey (or an Authorization header in remote.headers)")
         if status >= 400:
-            from memory_core.embeddings.remote import retry_after_seconds
-
-            err = ProviderRequestError(
-                f"POST {self.url} returned HTTP {status}: {self._excerpt(resp.content)}",
-                status=status,
-                retryable=status in RETRYABLE_STATUS,
-                splittable=status not in FATAL_STATUS,
-            )
-            err.retry_after = retry_after_seconds(resp.headers.get("retry-after"))  # type: ignore[attr-defined]
-            raise err
+            raise status_error(resp, f"POST {self.url} returned HTTP {status}: {self._excerpt(resp.content)}",
+                               retryable=status in RETRYABLE_STATUS, splittable=status not in FATAL_STATUS)
         return self._parse(resp.content, len(texts))
 
     def _excerpt(self, raw: bytes) -> str:
-        text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return (text[:BODY_EXCERPT_CHARS] + "...") if len(text) > BODY_EXCERPT_CHARS else (text or "(empty body)")
+        return body_excerpt(raw.decode("utf-8", "replace"), self._api_key)
 
     def _parse(self, raw: bytes, n: int) -> np.ndarray:
         try:

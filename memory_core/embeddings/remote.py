@@ -14,6 +14,7 @@ missing model (401/403/404) one :class:`ProviderUnavailable` line naming the pro
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import os
 import time
@@ -97,6 +98,34 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     if not math.isfinite(secs):
         return None
     return max(0.0, min(MAX_RETRY_AFTER_S, secs))
+
+
+def post_json(client: httpx.Client, url: str, body: Any, headers: Mapping[str, str], *, label: str = "",
+              timeout_splittable: bool = False) -> httpx.Response:
+    """POST ``body`` as JSON; a timeout or network failure is a retryable ProviderRequestError
+    (splitting the batch cannot help an unreachable server)."""
+    try:
+        return client.post(url, content=json.dumps(body).encode("utf-8"), headers=dict(headers))
+    except httpx.TimeoutException:
+        raise ProviderRequestError(f"{label}POST {url} timed out after {client.timeout.read:g} s",
+                                   splittable=timeout_splittable) from None
+    except httpx.HTTPError as exc:
+        raise ProviderRequestError(f"{label}POST {url} failed: {exc}", splittable=False) from None
+
+
+def status_error(resp: httpx.Response, message: str, *, retryable: bool, splittable: bool) -> ProviderRequestError:
+    """The ProviderRequestError of an HTTP error answer, with its ``Retry-After`` (seconds) if any."""
+    err = ProviderRequestError(message, status=resp.status_code, retryable=retryable, splittable=splittable)
+    err.retry_after = retry_after_seconds(resp.headers.get("retry-after"))  # type: ignore[attr-defined]
+    return err
+
+
+def body_excerpt(text: str, secret: str | None) -> str:
+    """A one-line excerpt of an answer's body, the secret masked."""
+    text = text.strip().replace("\n", " ")
+    if secret:
+        text = text.replace(secret, "***")
+    return (text[:BODY_EXCERPT_CHARS] + "...") if len(text) > BODY_EXCERPT_CHARS else (text or "(empty body)")
 
 
 class RemoteEmbeddingProvider:
@@ -195,12 +224,7 @@ class RemoteEmbeddingProvider:
 
     def _post(self, url: str, body: dict[str, Any]) -> Any:
         self.requests += 1
-        try:
-            resp = self._client.post(url, json=body, headers=self._headers_for())
-        except httpx.TimeoutException:
-            raise ProviderRequestError(f"{self.id}: POST {url} timed out", splittable=False) from None
-        except httpx.HTTPError as exc:
-            raise ProviderRequestError(f"{self.id}: POST {url} failed: {exc}", splittable=False) from None
+        resp = post_json(self._client, url, body, self._headers_for(), label=f"{self.id}: ")
         status = resp.status_code
         if status in (401, 403):
             raise ProviderUnavailable(
@@ -211,22 +235,14 @@ class RemoteEmbeddingProvider:
                 f"embedding provider {self.id} has no model {self.model!r} at {url} (HTTP 404); set `model` to one "
                 f"it serves (default {self.spec.default_model}) or fix remote.baseUrl")
         if status >= 400:
-            err = ProviderRequestError(f"{self.id}: POST {url} returned HTTP {status}: {self._excerpt(resp.text)}",
-                                       status=status, retryable=status in RETRYABLE_STATUS or status >= 500,
-                                       splittable=status != 429)
-            err.retry_after = retry_after_seconds(resp.headers.get("retry-after"))  # type: ignore[attr-defined]
-            raise err
+            raise status_error(resp, f"{self.id}: POST {url} returned HTTP {status}: "
+                                     f"{body_excerpt(resp.text, self._api_key)}",
+                               retryable=status in RETRYABLE_STATUS or status >= 500, splittable=status != 429)
         try:
             return resp.json()
         except ValueError:
             raise ProviderRequestError(f"{self.id}: POST {url} returned a body that is not JSON: "
-                                       f"{self._excerpt(resp.text)}", retryable=False) from None
-
-    def _excerpt(self, text: str) -> str:
-        text = text.strip().replace("\n", " ")
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return (text[:BODY_EXCERPT_CHARS] + "...") if len(text) > BODY_EXCERPT_CHARS else (text or "(empty body)")
+                                       f"{body_excerpt(resp.text, self._api_key)}", retryable=False) from None
 
     def _vectors(self, rows: list[Any], n: int) -> np.ndarray:
         if len(rows) != n:
