@@ -104,6 +104,8 @@ def test_disabled_agent_has_no_prompt_no_tools_and_a_disabled_search(tmp_path):
         "disabled": True, "unavailable": True, "error": "memory search unavailable"}
     r = cli("search", "cat", "--config", str(path), "--json", home=tmp_path / "state")
     assert (r.returncode, json.loads(r.stdout)) == (0, {"agentId": "main", "status": "disabled"})
+    r = cli("search", "cat", "--config", str(path), home=tmp_path / "state")
+    assert (r.returncode, r.stdout) == (0, "Memory search disabled.\n")
     r = cli("status", "--config", str(path), "--json", home=tmp_path / "state")
     assert (r.returncode, json.loads(r.stdout)) == (0, [])
 
@@ -120,3 +122,13 @@ def test_unset_provider_is_openclaws_default_openai_when_its_key_is_there(tmp_pa
     path.write_text("{memory: {search: {}}, models: {providers: {openai: {apiKey: 'sk-y'}}}}")
     path.chmod(0o600)
     assert load_config(path, env={}).provider == "openai"
+
+
+def test_one_agents_missing_workspace_does_not_stop_the_others(operator, tmp_path):
+    doc = operator.read_text().replace('work: {', f'gone: {{ workspace: "{tmp_path}/nowhere" }}, work: {{')
+    operator.write_text(doc)
+    r = cli("index", "--config", str(operator), home=tmp_path / "state")
+    assert r.returncode == 2
+    assert f"error: agent gone: workspace {tmp_path}/nowhere does not exist" in r.stderr
+    assert [line.split(" (")[0] for line in r.stdout.splitlines() if line.startswith("Indexed")] == [
+        f"Indexed {tmp_path}/home-ws", f"Indexed {tmp_path}/workspaces/work"]

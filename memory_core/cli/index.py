@@ -7,7 +7,8 @@ import sys
 import time
 from typing import Any
 
-from memory_core.cli.common import EXIT_FAILURE, agent_configs, open_core, print_json
+from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, USAGE_ERRORS, agent_configs, open_core, print_json
+from memory_core.errors import MemoryCoreError
 from memory_core.output import escape_control
 from memory_core.progress import Progress
 
@@ -20,14 +21,26 @@ def _disabled(cfg: Any) -> bool:
     return True
 
 
+def _agent_failed(cfg: Any, exc: MemoryCoreError) -> int:
+    print(f"error: agent {cfg.agent_id}: {exc.message}", file=sys.stderr)
+    return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
+
+
 def _cmd_index(args: argparse.Namespace) -> int:
     """Every configured agent (``--agent`` narrows); the worst exit code wins."""
     rc = 0
     summaries = []
-    for cfg in agent_configs(args):
+    configs = agent_configs(args)
+    for cfg in configs:
         if _disabled(cfg):
             continue
-        agent_rc, summary = _index_one(args, cfg)
+        try:
+            agent_rc, summary = _index_one(args, cfg)
+        except MemoryCoreError as exc:
+            if len(configs) == 1:
+                raise
+            rc = max(rc, _agent_failed(cfg, exc))  # one agent's problem does not stop the others
+            continue
         rc = max(rc, agent_rc)
         summaries.append(summary)
     if args.json:
@@ -75,14 +88,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
     aggregate array (a disabled agent has none)."""
     entries = []
     texts = []
-    for cfg in agent_configs(args):
+    rc = 0
+    configs = agent_configs(args)
+    for cfg in configs:
         if _disabled(cfg):
             continue
-        core = open_core(args, config=cfg)
         try:
-            st = core.status(deep=args.deep)
-        finally:
-            core.close()
+            core = open_core(args, config=cfg)
+            try:
+                st = core.status(deep=args.deep)
+            finally:
+                core.close()
+        except MemoryCoreError as exc:
+            if len(configs) == 1:
+                raise
+            rc = max(rc, _agent_failed(cfg, exc))
+            continue
         st["notices"] = cfg.unused_settings
         entries.append(_status_json(st))
         if not args.json:
@@ -91,7 +112,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print_json(entries)
     else:
         print("\n\n".join(texts))
-    return 0
+    return rc
 
 
 def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:

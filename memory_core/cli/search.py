@@ -117,8 +117,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         if args.json:
             print_json({"agentId": cfg.agent_id, "status": "disabled"})
         else:
-            print(f"Memory search is disabled for agent {cfg.agent_id} (memory.search.enabled = false)",
-                  file=sys.stderr)
+            print("Memory search disabled.")  # upstream's line (cli.runtime: onMissing)
         return 0
     core = open_core(args, config=cfg)
     try:
