@@ -15,6 +15,7 @@ import copy
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -646,6 +647,71 @@ def _roster_workspace(aid: str, entry: Mapping[str, Any], defaults_ws: str | Non
     return f"{OPENCLAW_HOME}/workspace-{aid}"
 
 
+# openclaw.json's other root sections (channels, tools, ...): their presence marks an OpenClaw file,
+# whose non-memory sections memory-core leaves alone instead of refusing them as unknown keys
+UPSTREAM_ROOT_KEYS = frozenset({
+    "memory", "models", "channels", "session", "skills", "tools", "plugins", "bindings", "messages", "commands",
+    "hooks", "cron", "talk", "tts", "browser", "ui", "logging", "meta", "wizard", "auth", "env", "update",
+    "diagnostics", "web", "discovery", "canvasHost", "nodeHost", "broadcast", "audio", "approvals", "secrets",
+    "multiAgent", "acp", "media", "sandbox", "identity",
+})
+# upstream gateway keys memory-core does not have: a ``gateway`` holding one is openclaw.json's
+_UPSTREAM_GATEWAY_KEYS = frozenset({"mode", "bind", "controlUi", "tailscale", "remote", "reload", "nodes",
+                                    "trustedProxies", "http", "tls", "customBindHost"})
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def _gateway_from_upstream(gw: Mapping[str, Any]) -> dict[str, Any]:
+    """openclaw.json's ``gateway`` as memory-core's: ``port``, ``auth.{mode,token,password}`` and
+    ``bind`` (loopback/lan); memory-core's own gateway keys pass through; the rest is OpenClaw's."""
+    own = {f.alias or n for n, f in Gateway.model_fields.items()} - {"auth"}
+    out: dict[str, Any] = {k: v for k, v in gw.items() if k in own}
+    auth = gw.get("auth")
+    if isinstance(auth, str):
+        out["auth"] = auth
+    elif isinstance(auth, Mapping):
+        if auth.get("mode") in ("token", "password", "none"):
+            out["auth"] = auth["mode"]
+        for key in ("token", "password"):
+            if isinstance(auth.get(key), str):
+                out[key] = auth[key]
+    bind = gw.get("bind")
+    if bind in ("loopback", "lan") and "host" not in out:
+        out["host"] = "127.0.0.1" if bind == "loopback" else "0.0.0.0"
+    return out
+
+
+def substitute_env(data: Any, env: Mapping[str, str], path: str = "") -> Any:
+    """openclaw.json's ``${VAR}`` references (upper-case names; ``$${VAR}`` is a literal ``${VAR}``)
+    replaced from ``env``; an unset or empty variable is a ConfigError naming it and the key."""
+    if isinstance(data, Mapping):
+        return {k: substitute_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [substitute_env(v, env, f"{path}[{i}]") for i, v in enumerate(data)]
+    if not isinstance(data, str) or "$" not in data:
+        return data
+    out: list[str] = []
+    i = 0
+    while i < len(data):
+        escaped = data.startswith("$${", i)
+        start = i + (3 if escaped else 2)
+        end = data.find("}", start) if escaped or data.startswith("${", i) else -1
+        if end != -1 and _ENV_NAME.fullmatch(data[start:end]):
+            name = data[start:end]
+            if escaped:
+                out.append("${" + name + "}")
+            elif not env.get(name):
+                raise ConfigError(f"{path}: environment variable {name} (referenced as ${{{name}}}) is not set; "
+                                  "set it or write the value in the config")
+            else:
+                out.append(env[name])
+            i = end + 1
+            continue
+        out.append(data[i])
+        i += 1
+    return "".join(out)
+
+
 def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
     """Accept ``{memory:{search:{...}}}`` (G2) and ``{agents:{defaults:{memorySearch}}}`` (G1) shapes,
     and openclaw.json's agent roster (``agents.entries`` or legacy ``agents.list``) with each
@@ -659,9 +725,14 @@ def _unwrap_upstream(doc: dict[str, Any]) -> dict[str, Any]:
     )
     mem = doc.get("memory")
     g2 = isinstance(mem, Mapping) and isinstance(mem.get("search"), Mapping)
-    if not (g1 or g2):
+    gateway = doc.get("gateway")
+    upstream_gateway = isinstance(gateway, Mapping) and bool(
+        set(gateway) & _UPSTREAM_GATEWAY_KEYS or isinstance(gateway.get("auth"), Mapping))
+    if not (g1 or g2 or upstream_gateway or set(doc) & UPSTREAM_ROOT_KEYS):
         return doc
-    base: dict[str, Any] = {k: v for k, v in doc.items() if k in known and k not in ("agents", "memory")}
+    base: dict[str, Any] = {k: v for k, v in doc.items() if k in known and k not in ("agents", "memory", "gateway")}
+    if isinstance(doc.get("gateway"), Mapping):
+        base["gateway"] = _gateway_from_upstream(doc["gateway"])
     models = doc.get("models")
     if isinstance(models, Mapping) and isinstance(models.get("providers"), Mapping):
         # upstream's provider credentials and endpoints (models.providers.<id>.apiKey / baseUrl)
@@ -940,6 +1011,11 @@ def load_config(
     if path is not None:
         raw_doc = _normalise_keys(_read_file(str(path)))
         unwrapped = _unwrap_upstream(raw_doc)
+        if unwrapped is not raw_doc:  # an openclaw.json: its ${VAR} references, in what memory-core reads
+            providers = unwrapped.pop("modelProviders", None)  # resolved when a provider is created
+            unwrapped = substitute_env(unwrapped, env)
+            if providers is not None:
+                unwrapped["modelProviders"] = providers
         if unwrapped is not raw_doc and "provider" not in unwrapped:
             # openclaw.json without a provider: OpenClaw's default is OpenAI, used when its key is
             # configured (upstream falls back to keyword search when embeddings are unavailable)

@@ -11,6 +11,7 @@ import pytest
 
 from memory_core.capability import memory_capability
 from memory_core.config import load_config
+from memory_core.errors import ConfigError
 from tests.helpers import memory_core_cli as cli
 
 OPENCLAW_JSON = """\
@@ -132,3 +133,24 @@ def test_one_agents_missing_workspace_does_not_stop_the_others(operator, tmp_pat
     assert f"error: agent gone: workspace {tmp_path}/nowhere does not exist" in r.stderr
     assert [line.split(" (")[0] for line in r.stdout.splitlines() if line.startswith("Indexed")] == [
         f"Indexed {tmp_path}/home-ws", f"Indexed {tmp_path}/workspaces/work"]
+
+
+def test_the_rest_of_an_openclaw_json_is_left_to_openclaw(tmp_path):
+    """Other sections (channels, tools, session...) are OpenClaw's; its gateway gives memory-core's
+    port and auth; ``${VAR}`` references are resolved as upstream (config/env-substitution.ts)."""
+    path = tmp_path / "openclaw.json"
+    path.write_text("""{
+      gateway: { mode: "local", port: 18790, bind: "loopback", auth: { mode: "token", token: "${GW_TOKEN}" } },
+      channels: { telegram: { enabled: true, botToken: "${TELEGRAM_TOKEN}" } },
+      session: { dmScope: "main" }, tools: { profile: "coding" },
+      memory: { search: { provider: "openai-compatible", model: "m",
+                          remote: { baseUrl: "http://127.0.0.1:9/v1", apiKey: "${EMB_KEY}", headers: { "X-Lit": "$${EMB_KEY}" } } } },
+    }""")
+    path.chmod(0o600)
+    cfg = load_config(path, env={"GW_TOKEN": "t0k", "EMB_KEY": "sk-e"})  # TELEGRAM_TOKEN: not memory's, not read
+    assert (cfg.gateway.port, cfg.gateway.host, cfg.gateway.auth, cfg.gateway.token) == (18790, "127.0.0.1", "token", "t0k")
+    assert (cfg.remote.api_key, cfg.remote.headers) == ("sk-e", {"X-Lit": "${EMB_KEY}"})
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={"GW_TOKEN": "t0k"})
+    assert info.value.message == ("remote.apiKey: environment variable EMB_KEY (referenced as ${EMB_KEY}) is not set; "
+                                  "set it or write the value in the config")

@@ -279,8 +279,11 @@ def create_named(spec: ProviderSpec, config: MemoryCoreConfig, *, as_fallback: b
                  env: Mapping[str, str] | None = None) -> RemoteEmbeddingProvider:
     """The provider ``spec`` with upstream's settings resolution. As a fallback, ``model`` and
     ``remote`` (the primary's) are not used: the provider's defaults and ``models.providers`` are."""
+    from memory_core.config import substitute_env
+
     env = os.environ if env is None else env
-    own = config.model_providers.get(spec.config_provider or spec.id) or config.model_providers.get(spec.id) or {}
+    pid = spec.config_provider if spec.config_provider in config.model_providers else spec.id
+    own = substitute_env(config.model_providers.get(pid) or {}, env, f"models.providers.{pid}")
     remote = config.remote
     use_remote = not as_fallback
     base_url = (remote.base_url if use_remote else None) or own.get("baseUrl")
