@@ -22,8 +22,9 @@ def common_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("global options")
     g.add_argument("--workspace", metavar="PATH", help="agent workspace (default: configured workspace, else cwd)")
-    g.add_argument("--agent", metavar="ID", default=None, help="agent id (default: main)")
-    g.add_argument("--config", metavar="FILE", help="TOML or JSON config file")
+    g.add_argument("--agent", metavar="ID", default=None,
+                   help="agent id (default: every configured agent for status and index, else the default agent)")
+    g.add_argument("--config", metavar="FILE", help="TOML or JSON config file (an openclaw.json as it is: JSON5)")
     return p
 
 
