@@ -28,11 +28,15 @@ from tests.test_gateway_openclaw_cli import find_client
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
 
 DIMS = 16
-NOTES = {  # one-line daily notes: the same chunks in OpenClaw and memory-core
+NOTES = {  # agent main: one-line daily notes, the same chunks in OpenClaw and memory-core
     "memory/2026-01-02.md": "- The deploy runs on Fridays.\n",
     "memory/2026-01-03.md": "- Alice owns billing.\n",
     "memory/2026-01-04.md": "- The office coffee machine is on the third floor.\n",
 }
+# agent notes: a note of several lines is one chunk with three passages (memory-core's own vectors)
+PASSAGES = ["- Standup is at 9:30 every weekday.", "- The staging database is refreshed on Sundays.",
+            "- Carol is the on-call lead this month."]
+LONG_NOTE = "".join(p + "\n" for p in PASSAGES)
 
 
 def fake_vector(text: str) -> list[float]:
@@ -79,21 +83,24 @@ class Embeddings:
 
 @pytest.fixture(scope="module")
 def openclaw_index(tmp_path_factory):
-    """(openclaw.json, workspace, the OpenClaw index, the server) after `openclaw memory index`."""
+    """(openclaw.json, workspace, {agent: its OpenClaw index}, the server) after `openclaw memory index`
+    of both agents."""
     found = find_client()
     if isinstance(found, str):
         pytest.skip(found)
     node, entry = found
     base = tmp_path_factory.mktemp("openclaw-import")
-    ws = base / "ws"
+    ws, ws2 = base / "ws", base / "ws-notes"
     for rel, text in NOTES.items():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text(text)
+    (ws2 / "memory").mkdir(parents=True)
+    (ws2 / "memory" / "2026-02-01.md").write_text(LONG_NOTE)
     server = Embeddings()
     config = base / "openclaw.json"
     config.write_text(f"""// the operator's openclaw.json (JSON5), read by both
 {{
-  agents: {{ entries: {{ main: {{ workspace: "{ws}" }} }} }},
+  agents: {{ ownership: "explicit", entries: {{ main: {{ workspace: "{ws}" }}, notes: {{ workspace: "{ws2}" }}, }} }},
   memory: {{ search: {{ provider: "openai-compatible", model: "test-embed",
                        remote: {{ baseUrl: "{server.url}", apiKey: "sk-test" }}, }} }},
 }}
@@ -104,25 +111,28 @@ def openclaw_index(tmp_path_factory):
     env = {"PATH": f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(home),
            "OPENCLAW_STATE_DIR": str(home / ".openclaw"), "OPENCLAW_CONFIG_PATH": str(config),
            "TMPDIR": str(base), "NO_COLOR": "1"}
-    proc = subprocess.run([node, entry, "memory", "index", "--agent", "main", "--force"], env=env,
+    proc = subprocess.run([node, entry, "memory", "index", "--force"], env=env,  # every agent
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    index = home / ".openclaw" / "agents" / "main" / "agent" / "openclaw-agent.sqlite"
-    assert index.is_file(), proc.stdout
-    assert sorted(t for batch in server.inputs for t in batch) == sorted(NOTES.values())
-    yield config, ws, index, server
+    indexes = {a: home / ".openclaw" / "agents" / a / "agent" / "openclaw-agent.sqlite" for a in ("main", "notes")}
+    assert all(p.is_file() for p in indexes.values()), proc.stdout
+    assert sorted(t for batch in server.inputs for t in batch) == sorted([*NOTES.values(), LONG_NOTE])
+    yield config, ws, indexes, server
     server.close()
 
 
 def test_imported_vectors_mean_zero_embedding_calls_for_unchanged_chunks(openclaw_index, tmp_path):
-    config, ws, index, server = openclaw_index
+    config, ws, indexes, server = openclaw_index
+    index = indexes["main"]
     home = tmp_path / "state"
     before = len(server.inputs)
-    r = mc("import-embeddings", "--from", str(index), "--config", str(config), "--json", home=home)
+    r = mc("import-embeddings", "--from", str(index), "--config", str(config), "--agent", "main", "--json",
+           home=home)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"source": str(index), "provider": "openai-compatible", "model": "test-embed",
-                                    "dims": DIMS, "imported": 3, "skipped": 0, "otherModels": []}
-    r = mc("index", "--config", str(config), "--json", home=home)
+                                    "dims": DIMS, "imported": 3, "skipped": 0, "otherModels": [],
+                                    "passagesToEmbed": 0, "warnings": []}
+    r = mc("index", "--config", str(config), "--agent", "main", "--json", home=home)
     assert r.returncode == 0, r.stderr
     assert (json.loads(r.stdout)["chunks"], server.inputs[before:]) == (3, [])  # zero embedding calls
     # the index's vectors are OpenClaw's (float64 there as the API answered, float32 unit vectors here)
@@ -134,26 +144,43 @@ def test_imported_vectors_mean_zero_embedding_calls_for_unchanged_chunks(opencla
     # what changed is embedded, and only that
     (ws / "memory" / "2026-01-03.md").write_text("- Bob owns billing now.\n")
     try:
-        r = mc("index", "--config", str(config), home=home)
+        r = mc("index", "--config", str(config), "--agent", "main", home=home)
         assert r.returncode == 0, r.stderr
         assert server.inputs[before:] == [["- Bob owns billing now.\n"]]
     finally:
         (ws / "memory" / "2026-01-03.md").write_text(NOTES["memory/2026-01-03.md"])
 
 
+def test_a_note_of_several_lines_needs_only_its_passage_vectors(openclaw_index, tmp_path):
+    """OpenClaw has the chunk's vector, not memory-core's per-passage vectors: the import says how
+    many the next index embeds, and that index embeds exactly those (never the chunk)."""
+    config, _, indexes, server = openclaw_index
+    home = tmp_path / "state"
+    before = len(server.inputs)
+    r = mc("import-embeddings", "--from", str(indexes["notes"]), "--config", str(config), "--agent", "notes",
+           "--json", home=home)
+    assert r.returncode == 0, r.stderr
+    assert {k: v for k, v in json.loads(r.stdout).items() if k in ("imported", "passagesToEmbed")} == {
+        "imported": 1, "passagesToEmbed": 3}
+    r = mc("index", "--config", str(config), "--agent", "notes", home=home)
+    assert r.returncode == 0, r.stderr
+    assert [t for batch in server.inputs[before:] for t in batch] == PASSAGES
+
+
 def test_import_refuses_another_model_or_dimension_count(openclaw_index, tmp_path):
-    config, _, index, server = openclaw_index
+    config, _, indexes, server = openclaw_index
+    index = indexes["main"]
     doc = config.read_text()
     other = tmp_path / "openclaw.json"
     other.write_text(doc.replace('model: "test-embed"', 'model: "other-embed"'))
     other.chmod(0o600)
-    r = mc("import-embeddings", "--from", str(index), "--config", str(other), home=tmp_path / "a")
+    r = mc("import-embeddings", "--from", str(index), "--config", str(other), "--agent", "main", home=tmp_path / "a")
     assert (r.returncode, r.stderr) == (2, (
         f"error: --from {index}: it holds openai-compatible/test-embed, not openai-compatible/other-embed; set "
         "`provider` and `model` to the ones it was built with (vectors of another model cannot be reused), or "
         "index from scratch\n"))
     other.write_text(doc.replace('model: "test-embed"', 'model: "test-embed", outputDimensionality: 32'))
-    r = mc("import-embeddings", "--from", str(index), "--config", str(other), home=tmp_path / "b")
+    r = mc("import-embeddings", "--from", str(index), "--config", str(other), "--agent", "main", home=tmp_path / "b")
     assert (r.returncode, r.stderr) == (2, (
         f"error: --from {index}: its openai-compatible/test-embed vectors have 16 dimensions but provider "
         "openai-compatible gives 32-dimension vectors; set outputDimensionality to 16 (or rebuild)\n"))

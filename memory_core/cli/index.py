@@ -182,7 +182,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
               f"from {escape_control(report.source)} into the embedding cache of agent {core.agent_id}"
               + (f"; skipped {report.skipped} unreadable" if report.skipped else "")
               + (f"; left alone: {', '.join(report.other_models)}" if report.other_models else ""))
-        print("  run `memory-core index`: unchanged chunks are not embedded again")
+        print("  run `memory-core index`: unchanged chunks are not embedded again"
+              + (f"; it embeds up to {report.passages_to_embed} passage vectors of chunks of several lines, which "
+                 "OpenClaw does not make" if report.passages_to_embed else ""))
+        for warning in report.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -44,10 +44,15 @@ class ImportReport:
     imported: int = 0  # vectors written to the cache
     skipped: int = 0  # rows of the same provider/model whose BLOB was not a vector of ``dims``
     other_models: list[str] = field(default_factory=list)  # provider/model pairs left alone
+    # passages of the OpenClaw index's chunks: memory-core's own vectors (one per line or short group
+    # of lines, host_facades.chunking.split_passages), which OpenClaw never made; the next index embeds them
+    passages_to_embed: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "provider": self.provider, "model": self.model, "dims": self.dims,
-                "imported": self.imported, "skipped": self.skipped, "otherModels": self.other_models}
+                "imported": self.imported, "skipped": self.skipped, "otherModels": self.other_models,
+                "passagesToEmbed": self.passages_to_embed, "warnings": self.warnings}
 
 
 def decode_openclaw_vector(blob: Any, dims: int | None) -> np.ndarray | None:
@@ -88,6 +93,11 @@ def read_openclaw_vectors(path: str, provider: str, model: str) -> tuple[dict[st
                 pairs[(str(p), str(m))] = int(n)
             rows += list(conn.execute("SELECT hash, embedding, dims FROM memory_embedding_cache"
                                       " WHERE provider = ? AND model = ?", (provider, model)))
+        if "memory_index_chunks" in tables:
+            from host_facades.chunking import split_passages
+
+            report.passages_to_embed = sum(len(split_passages(str(t))) for (t,) in conn.execute(
+                "SELECT text FROM memory_index_chunks WHERE model = ?", (model,)))
         if "memory_index_chunks" in tables and meta.get("provider") == provider:
             # the chunks' own vectors (an index whose cache was disabled or pruned)
             dims = meta.get("vectorDims")
@@ -159,6 +169,12 @@ def import_embeddings(core: Any, path: str) -> ImportReport:
         except apsw.Error as exc:
             raise MemoryCoreError(f"import-embeddings: cannot write the embedding cache ({exc})") from None
         report.imported = len(items)
+    limit = core.config.cache.max_entries
+    if limit is not None and report.imported + report.passages_to_embed > limit:
+        report.warnings.append(
+            f"cache.maxEntries = {limit} keeps only the newest {limit} vectors, fewer than the "
+            f"{report.imported + report.passages_to_embed} this index needs; raise cache.maxEntries (or set it to "
+            "null) before `memory-core index`, or the oldest imported vectors are dropped and embedded again")
     return report
 
 
