@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,66 +70,107 @@ def decode_openclaw_vector(blob: Any, dims: int | None) -> np.ndarray | None:
     return np.frombuffer(raw, dtype="<f8").astype(np.float32) if len(raw) % 8 == 0 else None
 
 
-def read_openclaw_vectors(path: str, provider: str, model: str) -> tuple[dict[str, np.ndarray], ImportReport]:
-    """The vectors of ``provider``/``model`` in the OpenClaw index at ``path``, by chunk hash."""
-    report = ImportReport(source=path, provider=provider, model=model, dims=None)
-    if not os.path.isfile(path):
-        raise ConfigError(f"--from {path}: no such file; pass an OpenClaw index "
-                          "(~/.openclaw/agents/<id>/agent/openclaw-agent.sqlite)")
-    try:
-        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-        conn.set_busy_timeout(5000)
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except apsw.Error as exc:
-        raise ConfigError(f"--from {path}: not a readable SQLite database ({exc}); pass an OpenClaw index") from None
-    try:
-        if "memory_embedding_cache" not in tables and "memory_index_chunks" not in tables:
+BATCH = 2000  # vectors read, decoded and written at a time (memory stays bounded on a large index)
+
+
+class OpenClawIndex:
+    """An OpenClaw index opened read-only: what it holds (:meth:`survey`), then its vectors of one
+    provider and model in batches (:meth:`batches`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if not os.path.isfile(path):
+            raise ConfigError(f"--from {path}: no such file; pass an OpenClaw index "
+                              "(~/.openclaw/agents/<id>/agent/openclaw-agent.sqlite)")
+        try:
+            self.conn = apsw.Connection(f"file:{path}?mode=ro",
+                                        flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+            self.conn.set_busy_timeout(5000)
+            self.tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except apsw.Error as exc:
+            raise ConfigError(f"--from {path}: not a readable SQLite database ({exc}); pass an OpenClaw index") from None
+        if "memory_embedding_cache" not in self.tables and "memory_index_chunks" not in self.tables:
+            self.close()
             raise ConfigError(f"--from {path}: no OpenClaw memory index in it (no memory_embedding_cache or "
                               "memory_index_chunks table)")
-        meta = _meta(conn, tables)
-        pairs: dict[tuple[str, str], int] = {}
-        rows: list[tuple[str, Any, Any]] = []
-        if "memory_embedding_cache" in tables:
-            for p, m, n in conn.execute("SELECT provider, model, count(*) FROM memory_embedding_cache GROUP BY 1, 2"):
-                pairs[(str(p), str(m))] = int(n)
-            rows += list(conn.execute("SELECT hash, embedding, dims FROM memory_embedding_cache"
-                                      " WHERE provider = ? AND model = ?", (provider, model)))
-        if "memory_index_chunks" in tables:
-            from host_facades.chunking import split_passages
+        self.meta = _meta(self.conn, self.tables)
 
-            report.passages_to_embed = sum(len(split_passages(str(t))) for (t,) in conn.execute(
-                "SELECT text FROM memory_index_chunks WHERE model = ?", (model,)))
-        if "memory_index_chunks" in tables and meta.get("provider") == provider:
+    def close(self) -> None:
+        self.conn.close()
+
+    def _sources(self, provider: str, model: str) -> list[tuple[str, tuple[Any, ...], str, Any]]:
+        """Per table holding vectors: (``FROM ... WHERE ...``, its parameters, the dims column, the
+        dims the index meta declares)."""
+        out: list[tuple[str, tuple[Any, ...], str, Any]] = []
+        if "memory_embedding_cache" in self.tables:
+            out.append(("memory_embedding_cache WHERE provider = ? AND model = ?", (provider, model), "dims", None))
+        if "memory_index_chunks" in self.tables and self.meta.get("provider") == provider:
             # the chunks' own vectors (an index whose cache was disabled or pruned)
-            dims = meta.get("vectorDims")
-            rows += [(h, e, dims) for h, e in conn.execute(
-                "SELECT hash, embedding FROM memory_index_chunks WHERE model = ?", (model,))]
-            if meta.get("model") == model:
-                pairs.setdefault((provider, model), 0)
-    except apsw.Error as exc:
-        raise ConfigError(f"--from {path}: cannot read its memory index ({exc})") from None
-    finally:
-        conn.close()
-    report.other_models = sorted(f"{p}/{m}" for p, m in pairs if (p, m) != (provider, model))
-    if not rows:
-        held = ", ".join(report.other_models) or "no vectors"
-        raise ImportRefused(
-            f"--from {path}: it holds {held}, not {provider}/{model}; set `provider` and `model` to the ones "
-            "it was built with (vectors of another model cannot be reused), or index from scratch")
-    out: dict[str, np.ndarray] = {}
-    dims_seen: dict[int, int] = {}
-    for h, blob, dims in rows:
-        vec = decode_openclaw_vector(blob, int(dims) if dims else None)
-        if vec is None or not np.all(np.isfinite(vec)):
-            report.skipped += 1
-            continue
-        out.setdefault(str(h), vec)
-        dims_seen[vec.size] = dims_seen.get(vec.size, 0) + 1
-    if len(dims_seen) > 1:
-        raise ImportRefused(f"--from {path}: its {provider}/{model} vectors have mixed dimensions "
-                            f"{sorted(dims_seen)}; rebuild that index with OpenClaw first")
-    report.dims = next(iter(dims_seen), None)
-    return out, report
+            out.append(("memory_index_chunks WHERE model = ?", (model,), "NULL", self.meta.get("vectorDims")))
+        return out
+
+    def survey(self, provider: str, model: str) -> ImportReport:
+        """What the index holds for ``provider``/``model`` (dims, other models, passages), from
+        lengths alone; refuses another model and mixed dimensions."""
+        report = ImportReport(source=self.path, provider=provider, model=model, dims=None)
+        pairs: set[tuple[str, str]] = set()
+        sizes: dict[int, int] = {}
+        try:
+            if "memory_embedding_cache" in self.tables:
+                pairs |= {(str(p), str(m)) for p, m in self.conn.execute(
+                    "SELECT DISTINCT provider, model FROM memory_embedding_cache")}
+            if "memory_index_chunks" in self.tables:
+                from host_facades.chunking import split_passages
+
+                report.passages_to_embed = sum(len(split_passages(str(t))) for (t,) in self.conn.execute(
+                    "SELECT text FROM memory_index_chunks WHERE model = ?", (model,)))
+                if self.meta.get("provider") == provider and self.meta.get("model") == model:
+                    pairs.add((provider, model))
+            for where, params, dims_col, declared in self._sources(provider, model):
+                for length, dims, n in self.conn.execute(
+                        f"SELECT length(embedding), {dims_col}, count(*) FROM {where} GROUP BY 1, 2", params):
+                    size = _vector_size(int(length or 0), int(dims or declared or 0) or None)
+                    if size:
+                        sizes[size] = sizes.get(size, 0) + int(n)
+        except apsw.Error as exc:
+            raise ConfigError(f"--from {self.path}: cannot read its memory index ({exc})") from None
+        report.other_models = sorted(f"{p}/{m}" for p, m in pairs if (p, m) != (provider, model))
+        if not sizes:
+            held = ", ".join(report.other_models) or "no vectors"
+            raise ImportRefused(
+                f"--from {self.path}: it holds {held}, not {provider}/{model}; set `provider` and `model` to the "
+                "ones it was built with (vectors of another model cannot be reused), or index from scratch")
+        if len(sizes) > 1:
+            raise ImportRefused(f"--from {self.path}: its {provider}/{model} vectors have mixed dimensions "
+                                f"{sorted(sizes)}; rebuild that index with OpenClaw first")
+        report.dims = next(iter(sizes))
+        return report
+
+    def batches(self, provider: str, model: str, report: ImportReport) -> Iterator[dict[str, np.ndarray]]:
+        """The vectors by chunk hash, ``BATCH`` at a time, unit length; unreadable ones are counted
+        in ``report.skipped``."""
+        for where, params, dims_col, declared in self._sources(provider, model):
+            cur = self.conn.execute(f"SELECT hash, embedding, {dims_col} FROM {where}", params)
+            while True:
+                rows = [r for _, r in zip(range(BATCH), cur)]
+                if not rows:
+                    break
+                out: dict[str, np.ndarray] = {}
+                for h, blob, dims in rows:
+                    vec = decode_openclaw_vector(blob, int(dims or declared or 0) or report.dims)
+                    if vec is None or vec.size != report.dims or not np.all(np.isfinite(vec)):
+                        report.skipped += 1
+                        continue
+                    out[str(h)] = vec
+                if out:
+                    yield dict(zip(out, normalize_rows(np.vstack(list(out.values()))), strict=True))
+
+
+def _vector_size(length: int, dims: int | None) -> int | None:
+    """The number of values in a BLOB of ``length`` bytes (float64, or float32 where ``dims`` says so)."""
+    if dims:
+        return dims if length in (dims * 8, dims * 4) else None
+    return length // 8 if length and length % 8 == 0 else None
 
 
 def _meta(conn: apsw.Connection, tables: set[str]) -> dict[str, Any]:
@@ -154,21 +196,28 @@ def import_embeddings(core: Any, path: str) -> ImportReport:
     if not core.config.cache.enabled:
         raise ConfigError("import-embeddings: cache.enabled = false: the imported vectors would not be used; "
                           "enable the embedding cache")
-    vectors, report = read_openclaw_vectors(os.path.abspath(os.path.expanduser(path)), provider.id, provider.model)
-    want = getattr(provider, "dims", None)
-    stored = _index_dims(core)
-    for expected, what in ((want, f"provider {provider.id} gives"), (stored, "the memory-core index holds")):
-        if expected is not None and report.dims is not None and expected != report.dims:
-            raise ImportRefused(
-                f"--from {path}: its {provider.id}/{provider.model} vectors have {report.dims} dimensions but "
-                f"{what} {expected}-dimension vectors; set outputDimensionality to {report.dims} (or rebuild)")
-    if vectors:
-        items = dict(zip(vectors, normalize_rows(np.vstack(list(vectors.values()))), strict=True))
-        try:
-            core.writer.cache.put_many(provider.id, provider.model, provider.provider_key, items)
-        except apsw.Error as exc:
-            raise MemoryCoreError(f"import-embeddings: cannot write the embedding cache ({exc})") from None
-        report.imported = len(items)
+    index = OpenClawIndex(os.path.abspath(os.path.expanduser(path)))
+    try:
+        report = index.survey(provider.id, provider.model)
+        want = getattr(provider, "dims", None)
+        stored = _index_dims(core)
+        for expected, what in ((want, f"provider {provider.id} gives"), (stored, "the memory-core index holds")):
+            if expected is not None and report.dims is not None and expected != report.dims:
+                raise ImportRefused(
+                    f"--from {path}: its {provider.id}/{provider.model} vectors have {report.dims} dimensions but "
+                    f"{what} {expected}-dimension vectors; set outputDimensionality to {report.dims} (or rebuild)")
+        taken: set[str] = set()
+        for items in index.batches(provider.id, provider.model, report):
+            try:
+                core.writer.cache.put_many(provider.id, provider.model, provider.provider_key, items)
+            except apsw.Error as exc:
+                raise MemoryCoreError(f"import-embeddings: cannot write the embedding cache ({exc})") from None
+            taken.update(items)
+        report.imported = len(taken)
+    except apsw.Error as exc:
+        raise ConfigError(f"--from {path}: cannot read its memory index ({exc})") from None
+    finally:
+        index.close()
     limit = core.config.cache.max_entries
     if limit is not None and report.imported + report.passages_to_embed > limit:
         report.warnings.append(
