@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -166,7 +167,21 @@ def _cmd_get(args: argparse.Namespace) -> int:
         print(f"error: {escape_control(args.path)} not found", file=sys.stderr)
         return 1
     if result.note:
-        print(f"note: {escape_control(result.note)}", file=sys.stderr)
-    elif result.text:
-        sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+        print(f"note: {escape_control(_cli_flags(result.note))}", file=sys.stderr)
+        return 0
+    text = result.text[: -len(result.notice)] if result.notice else result.text
+    if text:
+        sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+    if result.next_from is not None:
+        print(f"note: more lines follow; use --from {result.next_from} to continue", file=sys.stderr)
+    elif result.notice:
+        from memory_core.read_file import DEFAULT_MEMORY_READ_MAX_CHARS
+
+        print(f"note: the line was cut at the {DEFAULT_MEMORY_READ_MAX_CHARS:,}-character limit of a read",
+              file=sys.stderr)
     return 0
+
+
+def _cli_flags(note: str) -> str:
+    """A read's note names the tools' parameters (``from=4``); the CLI's flag is ``--from 4``."""
+    return re.sub(r"\bfrom=(\d+)", r"--from \1", note)
