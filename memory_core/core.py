@@ -45,7 +45,7 @@ from memory_core.indexer import (
 )
 from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
-from memory_core.store.identity import identity_mismatch, index_identity
+from memory_core.store.identity import identity_mismatch, index_identity, paused_message, settings_change
 from memory_core.store.perms import loose_files, tighten
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
 from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
@@ -230,7 +230,8 @@ class MemoryCore:
             return None
 
     def identity_state(self) -> dict[str, Any]:
-        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta."""
+        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta; a
+        mismatch also has ``message``, the paused search's error (what differs, both ways out)."""
         with index_errors(self.db_path):
             raw = self.read_meta_value(schema.META_KEY)
         # every search asks (freshness and the engine): the comparison is kept while the stored meta,
@@ -239,25 +240,23 @@ class MemoryCore:
         key = (raw, getattr(provider, "dims", None))
         memo = self._identity_memo
         if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
-            state, diff = memo[3]
-            return {"state": state, "mismatch": list(diff)}
+            return _identity_dict(*memo[3])
         meta = _loads(raw)
         if not isinstance(meta, dict):
             return {"state": "empty", "mismatch": []}
-        diff = identity_mismatch(meta, self.expected_identity())
+        expected = self.expected_identity()
+        diff = identity_mismatch(meta, expected)
         state = "mismatch" if diff else "ok"
+        message = paused_message(meta, expected, diff) if diff else None
         if self._provider is provider:  # expected_identity may have created the provider just now
-            self._identity_memo = (key, self.config, provider, (state, tuple(diff)))
-        return {"state": state, "mismatch": diff}
+            self._identity_memo = (key, self.config, provider, (state, tuple(diff), message))
+        return _identity_dict(state, diff, message)
 
     def check_identity(self) -> dict[str, Any]:
         """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
         state = self.identity_state()
         if state["state"] == "mismatch":
-            raise IndexPaused(
-                "memory search paused: the index was built with different settings "
-                f"({', '.join(state['mismatch'])} changed); run `memory-core index --force`"
-            )
+            raise IndexPaused(state["message"])
         return state
 
     def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
@@ -267,7 +266,8 @@ class MemoryCore:
         if meta.get("provider", "none") != "none" or meta.get("model", FTS_ONLY_MODEL) != FTS_ONLY_MODEL:
             raise IndexPaused(
                 f"refusing to rebuild the semantic index ({meta.get('provider')}/{meta.get('model')}) as "
-                "keyword-only: no embedding provider is configured now. Configure the provider again, or run "
+                "keyword-only: no embedding provider is configured now. Set "
+                f"`provider = {json.dumps(meta.get('provider'))}` in the config to keep it, or run "
                 "`memory-core index --force` to rebuild keyword-only and drop the vectors"
             )
 
@@ -324,7 +324,9 @@ class MemoryCore:
                  progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
         provider = self.provider
         if force and repair:  # a full rebuild that does not need the live index to be readable
-            return self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)
+            summary = self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)
+            summary.rebuild_reason = "--force"
+            return summary
         writer = self.writer
         meta = writer.read_meta()
         expected = index_identity(self.config, provider)
@@ -336,15 +338,19 @@ class MemoryCore:
             full = True
         elif mismatch:
             if not rebuild_on_mismatch:
-                raise IndexPaused(
-                    "memory index paused: the index was built with different settings "
-                    f"({', '.join(mismatch)} changed); run `memory-core index --force`"
-                )
+                raise IndexPaused(paused_message(meta, expected, mismatch, what="memory index paused"))
             full = True
         else:
             full = False
         if full and not force:
             self._assert_no_downgrade(meta, provider)
+        why = None
+        if meta is None:
+            why = "new index"
+        elif force:
+            why = "--force"
+        elif mismatch:
+            why = f"settings changed ({settings_change(meta, expected, mismatch)})"
         if not full:
             try:
                 summary = run_sync(writer, self.config, self.workspace, provider, reason=reason,
@@ -359,7 +365,9 @@ class MemoryCore:
             record_workspace(writer, self.workspace)
             record_last_sync(writer, summary)
             return summary
-        return self._full_reindex(reason=reason, provider=provider, progress=progress)
+        summary = self._full_reindex(reason=reason, provider=provider, progress=progress)
+        summary.rebuild_reason = why
+        return summary
 
     def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None,
                       repair: bool = False) -> IndexSummary:
@@ -578,9 +586,9 @@ class MemoryCore:
                                                      identity_check=self._identity_mismatch)
             return self._fallback_engine
 
-    def _identity_mismatch(self) -> list[str] | None:
+    def _identity_mismatch(self) -> str | None:
         ident = self.identity_state()
-        return ident["mismatch"] if ident["state"] == "mismatch" else None
+        return ident["message"] if ident["state"] == "mismatch" else None
 
     def search_with_details(self, query: str, **kwargs: Any) -> Any:
         """:meth:`before_search` then the engine's detailed search (the provider runtime's v2
@@ -812,6 +820,13 @@ class MemoryCore:
         except Exception as exc:  # noqa: BLE001 - status reports, never raises
             info.update(available=False, error=str(exc))
         return info
+
+
+def _identity_dict(state: str, diff: Sequence[str], message: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": state, "mismatch": list(diff)}
+    if message is not None:
+        out["message"] = message
+    return out
 
 
 def _loads(value: str | None) -> Any:

@@ -26,3 +26,42 @@ def test_cli_get_suggests_the_from_flag_to_continue(workspace, capsys):
     assert main(["get", "MEMORY.md", "--from", "3", *args]) == 0
     out = capsys.readouterr()
     assert (out.out, out.err) == ("Lisbon in May.\nPorto in June.\n", "")
+
+
+# --- item 2: turning on local embeddings -----------------------------------------------------------
+
+def test_an_index_built_with_local_embeddings_says_what_differs_and_both_fixes(workspace, capsys, monkeypatch):
+    write(workspace, "MEMORY.md", "# Travel plans\n\nLisbon in May.\n")
+    args = ["--workspace", str(workspace)]
+    monkeypatch.setenv("MEMORY_CORE_PROVIDER", "local")
+    assert main(["index", *args]) == 0
+    monkeypatch.delenv("MEMORY_CORE_PROVIDER")
+    capsys.readouterr()
+    assert main(["search", "lisbon", *args]) == 1
+    assert capsys.readouterr().err == (
+        "error: memory search paused: the index was built with other settings than the configuration's "
+        "(index: local / all-MiniLM-L6-v2; configuration: none (keyword-only)); set `provider = \"local\"` in the "
+        "config to search it as built, or run `memory-core index --force` to rebuild it with the configuration "
+        "(its vectors are dropped)\n")
+    assert main(["index", *args]) == 1  # a plain index does not drop the vectors either
+    assert capsys.readouterr().err == (
+        "error: refusing to rebuild the semantic index (local/all-MiniLM-L6-v2) as keyword-only: no embedding "
+        "provider is configured now. Set `provider = \"local\"` in the config to keep it, or run "
+        "`memory-core index --force` to rebuild keyword-only and drop the vectors\n")
+    config = workspace.parent / "memory-core.toml"
+    config.write_text('provider = "local"\n', encoding="utf-8")  # the README's recipe
+    assert main(["search", "lisbon", *args, "--config", str(config)]) == 0
+    assert "MEMORY.md#L1-L4" in capsys.readouterr().out
+
+
+def test_a_rebuild_for_a_settings_change_says_so(workspace, capsys, monkeypatch):
+    write(workspace, "MEMORY.md", "# Travel plans\n\nLisbon in May.\n")
+    args = ["--workspace", str(workspace)]
+    assert main(["index", *args]) == 0
+    assert capsys.readouterr().out.startswith(f"Indexed {workspace} (full rebuild: new index, none/fts-only) in ")
+    monkeypatch.setenv("MEMORY_CORE_CHUNKING__TOKENS", "300")
+    assert main(["index", *args]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"Indexed {workspace} (full rebuild: settings changed (chunking.tokens 400 -> 300), "
+                             "none/fts-only) in ")
+    assert out[1] == "  files 1, chunks 1; added 0, changed 0, removed 0, unchanged 1"

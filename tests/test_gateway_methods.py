@@ -108,7 +108,7 @@ def test_v2_search_get_and_status(config):
     assert (whole["status"], whole["text"], whole["reference"], whole["from"], whole["lines"]) == (
         "ok", COFFEE_SNIPPET, ref, 1, 4)
     assert (part["text"], part["from"], part["lines"], part["truncated"], part["nextFrom"]) == (
-        "\n## Preferences", 2, 2, True, 4)
+        "\n## Preferences\n", 2, 2, True, 4)
     assert stale == {"version": 2, "agentId": "main", "providerId": "memory-core", "status": "not_found"}
 
 
@@ -157,8 +157,9 @@ def test_paused_index_is_unavailable_with_the_fix(tmp_path):
     changed = load_config(None, env=env, overrides={"workspace": str(ws), "chunking": {"tokens": 200}})
     v1, v2 = call_all(changed, [("memory.search", {"query": "coffee"}),
                                 ("memory.search", {"query": "coffee", "version": 2})])
-    fix = ("memory search paused: the index was built with different settings (chunkTokens); "
-           "run `memory-core index --force`")
+    fix = ("memory search paused: the index was built with other settings than the configuration's (index: "
+           "chunking.tokens 400; configuration: chunking.tokens 200); set `chunking.tokens = 400` in the config "
+           "to search it as built, or run `memory-core index` to rebuild it with the configuration")
     assert (v1.code, v1.message) == ("UNAVAILABLE", f"memory search failed: {fix}")
     assert (v2.code, v2.message) == ("UNAVAILABLE", fix)
 

@@ -25,7 +25,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
         if summary.moved_aside:
             print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
                   "(with its -wal/-shm, if any) and rebuilt from scratch")
-        mode = "full rebuild" if summary.full else "incremental"
+        mode = "incremental" if not summary.full else (
+            f"full rebuild: {summary.rebuild_reason}" if summary.rebuild_reason else "full rebuild")
         print(f"Indexed {escape_control(core.workspace)} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
         print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
               f" removed {summary.removed}, unchanged {summary.unchanged}"
@@ -83,8 +84,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     ]
     ident = st.get("identity") or {}
     if ident.get("state") == "mismatch":
-        lines.append(f"Index identity: paused ({', '.join(ident['mismatch'])} changed); "
-                     "run `memory-core index --force`")
+        lines.append(f"Index identity: {ident['message']}")
     elif ident.get("state"):
         lines.append(f"Index identity: {ident['state']}")
     last = st.get("last_sync")
