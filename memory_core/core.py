@@ -29,6 +29,7 @@ import apsw
 
 from memory_core.config import MemoryCoreConfig, load_config
 from memory_core.errors import (
+    ConfigError,
     IndexCorrupt,
     IndexPaused,
     MemoryCoreError,
@@ -70,10 +71,13 @@ class MemoryCore:
         embedding_provider: Any = _UNSET,
         pool: bool | None = None,
         repoint: bool = False,
+        check_config: bool = True,
     ) -> None:
         # agent_id None: the configuration's agentId (default "main"); a given one wins over it
         # pool: the one switch for the worker pools (None: config ``pool.workers``; False: in-process)
         # repoint: accept a workspace other than the one the index records (``index --repoint``)
+        # check_config: raise a configuration error (an unknown provider) now; False keeps it for
+        # config_problem() (``status`` reports it beside what the index holds)
         cfg = config if config is not None else load_config(config_path)
         if agent_id and agent_id != cfg.agent_id:
             cfg = cfg.for_agent(agent_id)
@@ -95,6 +99,10 @@ class MemoryCore:
         self.repoint = repoint
         self._provider = embedding_provider
         self._provider_error: MemoryCoreError | None = None
+        if check_config:
+            problem = self.config_problem()
+            if problem is not None:
+                raise problem
         self._writer: IndexWriter | None = None
         self._lock = threading.RLock()  # guards the writer slot, the owned parts and the running-sync slot
         self._running: Future[IndexSummary] | None = None
@@ -112,6 +120,19 @@ class MemoryCore:
         self._check_workspace()
 
     # ------------------------------------------------------------------ provider and writer
+    def config_problem(self) -> ConfigError | None:
+        """The configuration error every command reports (exit 2), or None: an embedding provider
+        name that is not registered."""
+        if self._provider is not _UNSET:
+            return None
+        from memory_core.embeddings.registry import check_provider_name
+
+        try:
+            check_provider_name(self.config)
+        except ConfigError as exc:
+            return exc
+        return None
+
     @property
     def provider(self) -> Any | None:
         """The embedding provider (None = keyword-only); an unavailable explicit one raises (D4)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from memory_core.cli import main
+from memory_core.embeddings.registry import registered_providers
 
 
 def write(ws: Path, rel: str, text: str) -> None:
@@ -65,3 +67,24 @@ def test_a_rebuild_for_a_settings_change_says_so(workspace, capsys, monkeypatch)
     assert out[0].startswith(f"Indexed {workspace} (full rebuild: settings changed (chunking.tokens 400 -> 300), "
                              "none/fts-only) in ")
     assert out[1] == "  files 1, chunks 1; added 0, changed 0, removed 0, unchanged 1"
+
+
+# --- item 3: one misspelling, one behaviour --------------------------------------------------------
+
+def test_a_misspelt_provider_is_exit_2_with_the_same_line_on_every_command(workspace, tmp_path, capsys):
+    # the names come from the registry (auto, local, none, openai-compatible, and any a test registered)
+    LOCALL = (f"provider: unknown embedding provider 'locall' (did you mean 'local'?); use one of "
+              f"{', '.join(registered_providers())}")
+    write(workspace, "MEMORY.md", "# Travel plans\n\nLisbon in May.\n")
+    config = tmp_path / "memory-core.toml"
+    config.write_text('provider = "locall"\n', encoding="utf-8")
+    args = ["--workspace", str(workspace), "--config", str(config)]
+    for command in (["search", "lisbon"], ["index"], ["get", "MEMORY.md"], ["files"], ["forget", "--session", "x"],
+                    ["status"], ["status", "--json"]):
+        assert main([*command, *args]) == 2, command
+        out = capsys.readouterr()
+        assert out.err == f"error: {LOCALL}\n", command
+    assert main(["status", *args]) == 2
+    assert f"\nProblem: configuration: {LOCALL}\n" in capsys.readouterr().out
+    assert main(["status", "--json", *args]) == 2
+    assert json.loads(capsys.readouterr().out)["configError"] == LOCALL

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from memory_core.cli.common import EXIT_FAILURE, open_core, print_json
+from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, open_core, print_json
 from memory_core.output import escape_control
 from memory_core.progress import Progress
 
@@ -51,11 +51,14 @@ def _status_json(st: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    core = open_core(args)
+    core = open_core(args, check_config=False)  # a configuration error is shown beside the facts
     try:
+        problem = core.config_problem()
         st = core.status(deep=args.deep)
     finally:
         core.close()
+    if problem is not None:
+        st["config_error"] = problem.message
     loose = st.get("loose_permissions") or []
     if loose:
         shown = ", ".join(f"{escape_control(item['path'])} ({item['mode']})" for item in loose[:3])
@@ -63,7 +66,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
               "`memory-core index` to make it private (files 0600, state dir 0700)", file=sys.stderr)
     if args.json:
         print_json(_status_json(st))
-        return 0
+        return _config_exit(problem)
     vec = st["vector"]
     fts = st["fts"]
     lines = [
@@ -105,8 +108,18 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if "integrity" in st:
             lines.append(f"Integrity: {st['integrity']}" + (
                 "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))
+    if problem is not None:
+        lines.append(f"Problem: configuration: {escape_control(problem.message)}")
     print("\n".join(lines))
-    return 0
+    return _config_exit(problem)
+
+
+def _config_exit(problem: Any) -> int:
+    """After the status is shown: a configuration error exits 2 with its one line, as on every command."""
+    if problem is None:
+        return 0
+    print(f"error: {problem.message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
