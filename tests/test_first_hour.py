@@ -88,3 +88,30 @@ def test_a_misspelt_provider_is_exit_2_with_the_same_line_on_every_command(works
     assert f"\nProblem: configuration: {LOCALL}\n" in capsys.readouterr().out
     assert main(["status", "--json", *args]) == 2
     assert json.loads(capsys.readouterr().out)["configError"] == LOCALL
+
+
+# --- item 4: the key as written, and the nearest known key path ------------------------------------
+
+def test_an_unknown_key_is_named_as_written_with_the_nearest_known_key(workspace, tmp_path, capsys, monkeypatch):
+    config = tmp_path / "memory-core.toml"
+    config.write_text("max_results = 5\n", encoding="utf-8")
+    assert main(["search", "lisbon", "--workspace", str(workspace), "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "error: invalid configuration: max_results: is not a known setting (did you mean query.maxResults?) "
+        f"(got 5); set in config file {config}\n")
+    config.write_text("[query]\nmin_scor = 0.2\n", encoding="utf-8")
+    assert main(["search", "lisbon", "--workspace", str(workspace), "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "error: invalid configuration: query.min_scor: is not a known setting (did you mean query.minScore?) "
+        f"(got 0.2); set in config file {config}\n")
+    monkeypatch.setenv("MEMORY_CORE_MAX_RESULTS", "5")
+    assert main(["search", "lisbon", "--workspace", str(workspace)]) == 2
+    assert capsys.readouterr().err == (
+        "error: environment variable MEMORY_CORE_MAX_RESULTS is not a memory-core setting; did you mean "
+        "MEMORY_CORE_QUERY__MAX_RESULTS? (rename or unset it)\n")
+    monkeypatch.delenv("MEMORY_CORE_MAX_RESULTS")
+    monkeypatch.setenv("MEMORY_CORE_QUERY__MAX_RESULT", "5")
+    assert main(["search", "lisbon", "--workspace", str(workspace)]) == 2
+    assert capsys.readouterr().err == (
+        "error: invalid configuration: MEMORY_CORE_QUERY__MAX_RESULT: is not a known setting (did you mean "
+        "MEMORY_CORE_QUERY__MAX_RESULTS?) (got '5')\n")

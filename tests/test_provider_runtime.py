@@ -35,7 +35,6 @@ from memory_core.provider.runtime import (
     DEGRADED_EMBEDDING,
     DEGRADED_SYNC,
     EMBEDDING_FAILED,
-    PAUSED_INDEX,
     UNAVAILABLE_STORE,
     MemoryCoreProviderRuntime,
 )
@@ -542,8 +541,9 @@ def test_health_is_unavailable_while_a_settings_change_pauses_search(tmp_path: P
         return health, refused.value
 
     health, refused = run(go())
-    assert (health["status"], health["message"]) == ("unavailable", PAUSED_INDEX.format(keys="chunkTokens"))
-    assert "index --force" in str(refused)
+    assert (health["status"], health["message"]) == ("unavailable", str(refused))
+    assert str(refused).endswith("; set `chunking.tokens = 400` in the config to search it as built, or run "
+                                 "`memory-core index` to rebuild it with the configuration")
     with MemoryCore(config=changed) as core:  # after the rebuild: ready again
         core.index(force=True)
     assert run(_health(MemoryCoreProviderRuntime(changed)))["status"] == "ready"

@@ -582,7 +582,9 @@ class MemoryCoreProvider:
             identity = {}
         if identity.get("state") == "mismatch":  # every search is refused until the rebuild
             keys = ", ".join(identity.get("mismatch") or []) or "settings"
-            return MemoryHealth(status="unavailable", message=PAUSED_INDEX.format(keys=keys), details=details)
+            # the search's own message (what differs, both fixes; no paths), else the generic one
+            message = identity.get("message") or PAUSED_INDEX.format(keys=keys)
+            return MemoryHealth(status="unavailable", message=message, details=details)
         if core.last_sync_error:
             return MemoryHealth(status="degraded", message=DEGRADED_SYNC, details=details)
         failed_at = self._runtime.embedding_failure(self.agent_id)
