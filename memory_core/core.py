@@ -709,6 +709,32 @@ class MemoryCore:
             fresh.reconcile(sessions_by_delta=False, reason="status", strict=True)
         return fresh.is_dirty()
 
+    def source_files(self) -> int:
+        """How many source files the workspace has now (memory files, and transcripts when sessions
+        are a source): 0 means a search has nothing to find there, whatever the query."""
+        from memory_core import sources as src
+
+        count = 0
+        if "memory" in self.config.sources:
+            count += len(src.list_memory_files(self.workspace, self.config.extra_paths))
+        if "sessions" in self.config.sources:
+            with contextlib.suppress(OSError):
+                count += len(src.list_session_files(resolve_sessions_dir(self.config, self.workspace)))
+        return count
+
+    def skipped_files(self) -> list[dict[str, str]]:
+        """The files under ``memory/`` that are not indexed for not being Markdown, as problems."""
+        from memory_core.sources import not_markdown_files
+
+        if "memory" not in self.config.sources:
+            return []
+        try:
+            paths = not_markdown_files(self.workspace)
+        except WorkspaceError:
+            return []
+        return [{"path": p, "code": "not_markdown", "message": "not Markdown (only .md files are indexed)"}
+                for p in paths]
+
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets); :class:`IndexCorrupt` when the file
         is not a readable database."""
@@ -750,6 +776,8 @@ class MemoryCore:
             "state_dir_problem": folder_problem(os.path.dirname(self.db_path)),
             # index paths other users can read (`index` makes them private)
             "loose_permissions": loose_files(self.db_path, state_dir_owned=not cfg.store.path),
+            # files in memory/ that are skipped without a sync problem (not Markdown)
+            "skipped_files": self.skipped_files(),
         }
         if out["db_exists"]:
             out["db_bytes"] = os.path.getsize(self.db_path)

@@ -115,3 +115,39 @@ def test_an_unknown_key_is_named_as_written_with_the_nearest_known_key(workspace
     assert capsys.readouterr().err == (
         "error: invalid configuration: MEMORY_CORE_QUERY__MAX_RESULT: is not a known setting (did you mean "
         "MEMORY_CORE_QUERY__MAX_RESULTS?) (got '5')\n")
+
+
+# --- item 5: an empty workspace, and files that are not Markdown ----------------------------------
+
+def test_a_search_where_there_are_no_memory_sources_says_so_and_where_it_looked(tmp_path, capsys):
+    empty = tmp_path / "not-a-workspace"
+    empty.mkdir()
+    note = (f"note: no memory sources in {empty} (looked for MEMORY.md, memory.md, USER.md and memory/**/*.md); "
+            "run it in the agent's workspace or pass --workspace PATH\n")
+    assert main(["search", "lisbon", "--workspace", str(empty)]) == 0
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("No matches.\n", note)
+    assert main(["search", "lisbon", "--json", "--workspace", str(empty)]) == 0
+    assert json.loads(capsys.readouterr().out)["note"] == note[len("note: "):-1]
+    write(empty, "MEMORY.md", "# Travel plans\n")  # a workspace with notes: no match is just no match
+    assert main(["search", "zzzqqq", "--workspace", str(empty)]) == 0
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("No matches.\n", "")
+
+
+def test_status_lists_files_skipped_for_not_being_markdown(workspace, capsys):
+    write(workspace, "MEMORY.md", "# Travel plans\n")
+    for name in ("memory/flights.txt", "memory/trip/visa.pdf", "memory/.DS_Store"):
+        write(workspace, name, "x")
+    args = ["--workspace", str(workspace)]
+    assert main(["index", *args]) == 0
+    assert capsys.readouterr().err == (
+        "  2 files skipped: not Markdown (only .md files are indexed): memory/flights.txt, memory/trip/visa.pdf\n")
+    assert main(["status", *args]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Problems: 2 files skipped: not Markdown (only .md files are indexed): memory/flights.txt, "
+        "memory/trip/visa.pdf")
+    assert main(["status", "--json", *args]) == 0
+    assert json.loads(capsys.readouterr().out)["skippedFiles"] == [
+        {"code": "not_markdown", "message": "not Markdown (only .md files are indexed)", "path": p}
+        for p in ("memory/flights.txt", "memory/trip/visa.pdf")]

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, open_core, print_json
+from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, no_sources_note, open_core, print_json
 from memory_core.output import escape_control
 from memory_core.progress import Progress
 
@@ -17,6 +17,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     try:
         with Progress("Indexing", unit="files") as progress:
             summary = core.index(force=args.force, progress=progress)
+        note = no_sources_note(core) if not summary.files else None
+        skipped = core.skipped_files()
     finally:
         core.close()
     if args.json:
@@ -35,6 +37,10 @@ def _cmd_index(args: argparse.Namespace) -> int:
             print(f"  skipped {escape_control(p['path'])}: {escape_control(p['message'])}", file=sys.stderr)
         if len(summary.problems) > 20:
             print(f"  ... and {len(summary.problems) - 20} more problems (see --json)", file=sys.stderr)
+        if skipped:
+            print(f"  {_skipped_line(skipped)}", file=sys.stderr)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     return EXIT_FAILURE if summary.failed else 0
 
 
@@ -98,6 +104,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             lines.append(f"Problems: {len(last['problems'])} file(s) skipped, e.g. "
                          f"{escape_control(last['problems'][0]['path'])}: "
                          f"{escape_control(last['problems'][0]['message'])}")
+    if st.get("skipped_files"):
+        lines.append(f"Problems: {_skipped_line(st['skipped_files'])}")
     if args.deep:
         pc = st.get("provider_check") or {}
         if pc.get("mode") == "fts-only":
@@ -112,6 +120,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Problem: configuration: {escape_control(problem.message)}")
     print("\n".join(lines))
     return _config_exit(problem)
+
+
+def _skipped_line(skipped: list[dict[str, str]], shown: int = 10) -> str:
+    """``3 files skipped: not Markdown (only .md files are indexed): memory/a.txt, ...``."""
+    names = ", ".join(escape_control(p["path"]) for p in skipped[:shown]) + (" ..." if len(skipped) > shown else "")
+    return (f"{len(skipped)} file{'' if len(skipped) == 1 else 's'} skipped: {skipped[0]['message']}: "
+            f"{names}")
 
 
 def _config_exit(problem: Any) -> int:

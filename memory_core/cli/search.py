@@ -7,7 +7,7 @@ import re
 import sys
 from typing import Any
 
-from memory_core.cli.common import open_core
+from memory_core.cli.common import no_sources_note, open_core
 from memory_core.errors import InvalidRequest
 from memory_core.output import escape_control
 
@@ -128,14 +128,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
             return 0
         hits = core.search(query, **kwargs)
         stale = hits.staleness
+        note = None if hits else no_sources_note(core)
         if args.json:
             out: dict[str, Any] = {"agentId": core.agent_id, "provider": core.config.provider,
                                    "results": [wire(h) for h in hits]}
             if stale:
                 out.update({k: v for k, v in stale.items() if k in ("stale", "warning", "action")})
+            if note:
+                out["note"] = note
             print_json(out)
         else:
             sys.stdout.write(_render_hits(core, hits, query))
+            if note:
+                print(f"note: {note}", file=sys.stderr)
         if stale and stale.get("warning"):
             print(f"warning: {stale['warning']}" + (f" ({stale['action']})" if stale.get("action") else ""),
                   file=sys.stderr)
