@@ -1,4 +1,4 @@
-"""Issue 28, what a new user trips on in the first hour: each message or output as the user sees it."""
+"""What a new user trips on in the first hour: each message or output as the user sees it."""
 
 from __future__ import annotations
 

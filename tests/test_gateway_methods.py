@@ -228,7 +228,10 @@ def test_doctor_memory_status_reports_a_failing_provider_as_unavailable(config):
     paused = config.model_copy(update={"chunking": config.chunking.model_copy(update={"tokens": 123})})
     (status,) = call_all(paused, [("doctor.memory.status", {})])
     assert status["health"]["status"] == "unavailable"
-    assert status["health"]["message"].startswith("Memory search is paused: the index was built with different")
+    assert status["health"]["message"] == (  # the paused search's own message: what differs, both fixes
+        "memory search paused: the index was built with other settings than the configuration's (index: "
+        "chunking.tokens 400; configuration: chunking.tokens 123); set `chunking.tokens = 400` in the config to "
+        "search it as built, or run `memory-core index` to rebuild it with the configuration")
 
 
 def test_flush_plan_method(config):

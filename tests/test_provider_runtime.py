@@ -416,7 +416,7 @@ def test_checklist_15_from_and_lines_bounds(indexed: MemoryCoreConfig) -> None:
 
 
 def test_get_of_a_range_with_a_blank_line_is_the_same_text_as_core_get(tmp_path: Path) -> None:
-    """Issue 28 item 7: ``lines: 2`` over "# Travel plans" and a blank line gives both lines, with
+    """One range rule for every surface: ``lines: 2`` over "# Travel plans" and a blank line gives both lines, with
     the newline that ends each, on gateway v2 (the provider's get) as on the CLI's ``get``."""
     ws = make_workspace(tmp_path, memory_md="# Travel plans\n\nLisbon in May.\nPorto in June.\n")
     cfg = lexical_config(tmp_path, ws)

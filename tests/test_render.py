@@ -120,7 +120,7 @@ def test_cli_text() -> None:
 
 
 def test_cli_text_prints_a_score_part_with_the_digits_it_takes_to_be_true() -> None:
-    """Issue 28 item 8: a lone keyword hit's text part of 9.99999e-07 is not "0.000", a score of
+    """A lone keyword hit's text part of 9.99999e-07 is not "0.000", a score of
     0.99993 is not "1.000"; exact values and the rest keep 3 decimals (a multiplier may pass 1)."""
     lone = replace(HIT, score=0.99993, vector_score=0.0, text_score=9.99999e-07)
     assert render.cli_text([lone]).splitlines()[0] == "0.9999 memory/rocket.md#L3-L5  (vector 0.000, text 1e-06)"
