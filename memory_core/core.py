@@ -35,6 +35,7 @@ from memory_core.errors import (
     MemoryCoreError,
     ReferenceNotFound,
     WorkspaceError,
+    WorkspaceMismatch,
     reason_of,
 )
 from memory_core.indexer import (
@@ -219,14 +220,34 @@ class MemoryCore:
 
     # ------------------------------------------------------------------ identity
     def _check_workspace(self) -> None:
-        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``."""
+        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``
+        or the index holds no file (say, a first search ran in a folder without notes): it has nothing
+        a sync of this workspace could prune, so it follows this workspace."""
         if self.repoint or not os.path.exists(self.db_path):
             return
         try:
             recorded = self.read_meta_value(WORKSPACE_KEY)
+            check_workspace(recorded, self.workspace, self.agent_id)
+        except WorkspaceMismatch:
+            if self._holds_files():
+                raise
         except (MemoryCoreError, apsw.Error, OSError):
             return  # an unreadable index is reported by the command that uses it
-        check_workspace(recorded, self.workspace, self.agent_id)
+
+    def _holds_files(self) -> bool:
+        """Whether the index has any source file (True when that cannot be read: refuse, keep it)."""
+
+        def read(conn: apsw.Connection) -> bool:
+            try:
+                return conn.execute("SELECT 1 FROM memory_index_sources LIMIT 1").fetchone() is not None
+            except apsw.SQLError:
+                return False  # schema not created yet
+        try:
+            return bool(self._meta_reader.run(read))
+        except FileNotFoundError:
+            return False
+        except (apsw.Error, OSError):
+            return True
 
     def expected_identity(self, dims: int | None = None) -> dict[str, Any]:
         ident = index_identity(self.config, self.provider)

@@ -151,3 +151,18 @@ def test_status_lists_files_skipped_for_not_being_markdown(workspace, capsys):
     assert json.loads(capsys.readouterr().out)["skippedFiles"] == [
         {"code": "not_markdown", "message": "not Markdown (only .md files are indexed)", "path": p}
         for p in ("memory/flights.txt", "memory/trip/visa.pdf")]
+
+
+def test_a_first_search_in_a_folder_without_notes_does_not_tie_the_agent_to_it(tmp_path, capsys):
+    """The index that search bootstrapped in the wrong folder holds no file: the agent's real
+    workspace takes it over instead of being refused as "built from workspace <wrong folder>"."""
+    wrong, ws = tmp_path / "downloads", tmp_path / "my-agent"
+    wrong.mkdir()
+    write(ws, "MEMORY.md", "# Travel plans\n\nLisbon in May.\n")
+    assert main(["search", "lisbon", "--workspace", str(wrong)]) == 0
+    assert capsys.readouterr().out == "No matches.\n"
+    assert main(["search", "lisbon", "--workspace", str(ws)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[1] == "MEMORY.md#L1-L4"
+    assert main(["search", "lisbon", "--workspace", str(wrong)]) == 2  # now it holds notes: refused
+    assert capsys.readouterr().err.startswith(f"error: the index of agent 'main' was built from workspace {ws}, "
+                                              f"not {wrong}; nothing was synced or removed.")
