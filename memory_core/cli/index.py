@@ -88,7 +88,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         f"FTS: {'available' if fts['available'] else 'unavailable'} ({fts['tokenizer']})",
         "Vector store: " + (
             f"available (sqlite-vec {vec['sqlite_vec_version']}, backend {vec['backend']})" if vec["available"]
-            else ("disabled (keyword-only)" if not vec["enabled"] else f"unavailable ({vec['error']})")),
+            else ("disabled (keyword-only)" if not vec["enabled"]
+                  else f"unavailable ({vec['error'] or 'no vectors indexed yet'})")),
         f"Revision: {st['revision']}  Dirty: {'yes' if st['dirty'] else 'no'}",
     ]
     ident = st.get("identity") or {}
