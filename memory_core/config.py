@@ -756,7 +756,7 @@ def _describe(err: Mapping[str, Any]) -> str:
     return str(err.get("msg", "is invalid"))
 
 
-def _known_paths(model: type[BaseModel] = None, prefix: str = "") -> list[str]:  # type: ignore[assignment]
+def _known_paths(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
     """Every setting's key path (``query.maxResults``), sections included, from the models."""
     out: list[str] = []
     for name, field in (model or MemoryCoreConfig).model_fields.items():
