@@ -80,7 +80,7 @@ def test_a_misspelt_provider_is_exit_2_with_the_same_line_on_every_command(works
     config.write_text('provider = "locall"\n', encoding="utf-8")
     args = ["--workspace", str(workspace), "--config", str(config)]
     for command in (["search", "lisbon"], ["index"], ["get", "MEMORY.md"], ["files"], ["forget", "--session", "x"],
-                    ["status"], ["status", "--json"]):
+                    ["watch"], ["serve", "--auth", "none", "--port", "0"], ["mcp"], ["status"], ["status", "--json"]):
         assert main([*command, *args]) == 2, command
         out = capsys.readouterr()
         assert out.err == f"error: {LOCALL}\n", command
