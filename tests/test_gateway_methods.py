@@ -149,6 +149,22 @@ def test_v2_with_write_scope_reads_and_pagination_round_trips(config):
     assert "nextCursor" not in second
 
 
+def test_v2_get_of_two_lines_ending_in_a_blank_one_is_the_text_the_cli_get_prints(config, capsys, monkeypatch):
+    """Line 2 of the hit is blank: gateway v2 `memory.get` with `lines: 2` gives both lines, with
+    the newline that ends each, the same text as `memory-core get MEMORY.md --lines 2`."""
+    from memory_core.cli import main
+
+    (page,) = call_all(config, [("memory.search", {"query": "coffee", "version": 2})])
+    ref = page["hits"][0]["reference"]
+    (two,) = call_all(config, [("memory.get", {"reference": ref, "lines": 2})])
+    assert (two["text"], two["from"], two["lines"], two["truncated"], two["nextFrom"]) == ("# Memory\n\n", 1, 2,
+                                                                                          True, 3)
+    monkeypatch.setenv("MEMORY_CORE_HOME", config.state_dir)  # the same index
+    assert main(["get", "MEMORY.md", "--lines", "2", "--workspace", config.workspace]) == 0
+    out = capsys.readouterr()
+    assert (out.out, out.err) == (two["text"], "note: more lines follow; use --from 3 to continue\n")
+
+
 def test_paused_index_is_unavailable_with_the_fix(tmp_path):
     ws = make_workspace(tmp_path)
     env = {"MEMORY_CORE_HOME": str(tmp_path / "state")}
