@@ -28,10 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import add_json_argument, emit, json_on_stdout
+from memory_core.errors import MemoryCoreError
 from memory_core.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+# the bundled example (examples/ in a checkout), shipped as package data so that an installed
+# package can run this benchmark from any folder
+EXAMPLES = Path(__file__).resolve().parent.parent / "memory_core" / "example"
 QUERY = "who owns billing"
 TARGETS_S = {"help": 0.3, "search": 1.0}
 # a one-shot index with the indexing pool used whatever the file count (the alternative measured)
@@ -94,6 +97,10 @@ def measure(*, runs: int = 10, index_files: list[int] | None = None, workdir: st
     env = {**os.environ, "MEMORY_CORE_HOME": str(root / "state")}
     env.pop("MEMORY_CORE_POOL__WORKERS", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    if not (EXAMPLES / "memory-core.toml").is_file() or not (EXAMPLES / "workspace" / "MEMORY.md").is_file():
+        raise MemoryCoreError(f"bench cli needs the bundled example workspace at {EXAMPLES}, which is missing; "
+                              "reinstall memory-core (`pip install --force-reinstall memory-core`) or run it "
+                              "from a checkout")
     example = ["--workspace", str(EXAMPLES / "workspace"), "--config", str(EXAMPLES / "memory-core.toml")]
     run_once([*mc, "index", *example], env)  # the one-shot search reads an existing index
     rows = {

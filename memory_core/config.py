@@ -896,6 +896,9 @@ def _refuse_misspelt_env(name: str, top_fields: set[str]) -> None:
         suffixes = {n[len(ENV_PREFIX):]: n for n in set(SPECIAL_ENV) | {_env_name(k) for k in top_fields}}
         close = difflib.get_close_matches(rest, sorted(suffixes), n=1, cutoff=0.75)
         suggestion = suffixes[close[0]] if close else None
+    if suggestion is None:  # a nested setting written as a top-level one: MAX_RESULTS for QUERY__MAX_RESULTS
+        moved = _same_name_key(_camel(rest.lower()))
+        suggestion = _env_path_name(moved) if moved else None
     if suggestion:
         raise ConfigError(
             f"environment variable {name} is not a memory-core setting; did you mean {suggestion}? "
@@ -948,6 +951,58 @@ def _describe(err: Mapping[str, Any]) -> str:
     return str(err.get("msg", "is invalid"))
 
 
+def _known_paths(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
+    """Every setting's key path (``query.maxResults``), sections included, from the models."""
+    out: list[str] = []
+    for name, field in (model or MemoryCoreConfig).model_fields.items():
+        path = prefix + (field.alias or _camel(name))
+        out.append(path)
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            out.extend(_known_paths(section, path + "."))
+    return out
+
+
+def _nearest_key(path: str) -> str | None:
+    """The known key path a misplaced or misspelt ``path`` most likely means: the one setting with
+    the same name in another section (``maxResults`` -> ``query.maxResults``), else a close spelling."""
+    import difflib
+
+    moved = _same_name_key(path)
+    if moved:
+        return moved
+    close = difflib.get_close_matches(path, _known_paths(), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _same_name_key(path: str) -> str | None:
+    """The one known key path with the last name of ``path`` in another section, if exactly one."""
+    name = path.rsplit(".", 1)[-1].lower()
+    same_name = [k for k in _known_paths() if k.rsplit(".", 1)[-1].lower() == name and k != path]
+    return same_name[0] if len(same_name) == 1 else None
+
+
+def _env_path_name(path: str) -> str:
+    """The variable that sets a key path: ``query.maxResults`` -> ``MEMORY_CORE_QUERY__MAX_RESULTS``."""
+    return "__".join(_env_name(part) if i == 0 else _env_name(part)[len(ENV_PREFIX):]
+                     for i, part in enumerate(path.split(".")))
+
+
+def _written_names(doc: Any, out: dict[str, str] | None = None) -> dict[str, str]:
+    """camelCase key -> the key as the file wrote it (``maxResults`` -> ``max_results``), for errors."""
+    out = {} if out is None else out
+    if isinstance(doc, Mapping):
+        for k, v in doc.items():
+            if _camel(str(k)) != str(k):
+                out.setdefault(_camel(str(k)), str(k))
+            if str(k) not in _DATA_KEYS:
+                _written_names(v, out)
+    elif isinstance(doc, list):
+        for item in doc:
+            _written_names(item, out)
+    return out
+
+
 def _loc_path(loc: tuple[Any, ...]) -> str:
     out: list[str] = []
     for part in loc:
@@ -963,7 +1018,8 @@ def _loc_path(loc: tuple[Any, ...]) -> str:
     return "".join(out)
 
 
-def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str = "") -> MemoryCoreConfig:
+def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str = "",
+              written: Mapping[str, str] | None = None) -> MemoryCoreConfig:
     try:
         cfg = MemoryCoreConfig.model_validate(data)
     except ValidationError as exc:
@@ -978,6 +1034,9 @@ def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str
             shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
             if path.rsplit(".", 1)[-1] in ("apiKey", "token", "password") or ".headers" in path:
                 shown = ""  # never echo secrets
+            if err.get("type") == "extra_forbidden":
+                lines.append(_unknown_key(path, shown, _origin_for(path, origins), written or {}))
+                continue
             if path.startswith("extraPaths[") and path.endswith("]") and err.get("type") == "string_type":
                 lines.append(f"{path}: must be a path string or a {{path, pattern}} table{shown}; "
                              f"set in {_origin_for('extraPaths', origins)}")
@@ -988,6 +1047,18 @@ def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str
     cfg._raw = copy.deepcopy(data)
     cfg._origins = dict(origins)
     return cfg
+
+
+def _unknown_key(path: str, shown: str, origin: str, written: Mapping[str, str]) -> str:
+    """An unknown key, named as it was written, with the nearest known key path."""
+    near = _nearest_key(path)
+    if origin.startswith("environment variable "):
+        hint = f" (did you mean {_env_path_name(near)}?)" if near else ""
+        return f"{origin[len('environment variable '):]}: is not a known setting{hint}{shown}"
+    as_written = ".".join(written.get(part, part) for part in path.split("."))
+    hint = (f" (did you mean {near}?)" if near else
+            " (check the spelling; keys are camelCase as in OpenClaw)")
+    return f"{as_written}: is not a known setting{hint}{shown}; set in {origin}"
 
 
 def load_config(
@@ -1008,8 +1079,11 @@ def load_config(
     data: dict[str, Any] = {}
     origins: dict[str, str] = {}
     notices: list[str] = []
+    written: dict[str, str] = {}
     if path is not None:
-        raw_doc = _normalise_keys(_read_file(str(path)))
+        raw = _read_file(str(path))
+        written = _written_names(raw)
+        raw_doc = _normalise_keys(raw)
         unwrapped = _unwrap_upstream(raw_doc)
         if unwrapped is not raw_doc:  # an openclaw.json: its ${VAR} references, in what memory-core reads
             providers = unwrapped.pop("modelProviders", None)  # resolved when a provider is created
@@ -1041,7 +1115,7 @@ def load_config(
         origins.update({p: "overrides" for p in _leaf_paths(ov)})
     # the state dir comes from the given env only (MEMORY_CORE_HOME above), never from os.environ
     data.setdefault("stateDir", DEFAULT_STATE_DIR)
-    cfg = _validate(data, origins)
+    cfg = _validate(data, origins, written=written)
     for aid in cfg.agents:
         cfg.for_agent(aid)  # validate every agent's merged settings now, not at first use
     if cfg.agent_id in cfg.agents:

@@ -29,11 +29,13 @@ import apsw
 
 from memory_core.config import MemoryCoreConfig, load_config
 from memory_core.errors import (
+    ConfigError,
     IndexCorrupt,
     IndexPaused,
     MemoryCoreError,
     ReferenceNotFound,
     WorkspaceError,
+    WorkspaceMismatch,
     reason_of,
 )
 from memory_core.indexer import (
@@ -45,7 +47,7 @@ from memory_core.indexer import (
 )
 from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
-from memory_core.store.identity import identity_mismatch, index_identity
+from memory_core.store.identity import identity_mismatch, index_identity, paused_message, settings_change
 from memory_core.store.perms import loose_files, tighten
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
 from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
@@ -70,10 +72,13 @@ class MemoryCore:
         embedding_provider: Any = _UNSET,
         pool: bool | None = None,
         repoint: bool = False,
+        check_config: bool = True,
     ) -> None:
         # agent_id None: the configuration's agentId (default "main"); a given one wins over it
         # pool: the one switch for the worker pools (None: config ``pool.workers``; False: in-process)
         # repoint: accept a workspace other than the one the index records (``index --repoint``)
+        # check_config: raise a configuration error (an unknown provider) now; False keeps it for
+        # config_problem() (``status`` reports it beside what the index holds)
         cfg = config if config is not None else load_config(config_path)
         if agent_id and agent_id != cfg.agent_id:
             cfg = cfg.for_agent(agent_id)
@@ -95,6 +100,10 @@ class MemoryCore:
         self.repoint = repoint
         self._provider = embedding_provider
         self._provider_error: MemoryCoreError | None = None
+        if check_config:
+            problem = self.config_problem()
+            if problem is not None:
+                raise problem
         self._writer: IndexWriter | None = None
         self._lock = threading.RLock()  # guards the writer slot, the owned parts and the running-sync slot
         self._running: Future[IndexSummary] | None = None
@@ -112,6 +121,19 @@ class MemoryCore:
         self._check_workspace()
 
     # ------------------------------------------------------------------ provider and writer
+    def config_problem(self) -> ConfigError | None:
+        """The configuration error every command reports (exit 2), or None: an embedding provider
+        name that is not registered."""
+        if self._provider is not _UNSET:
+            return None
+        from memory_core.embeddings.registry import check_provider_name
+
+        try:
+            check_provider_name(self.config)
+        except ConfigError as exc:
+            return exc
+        return None
+
     @property
     def provider(self) -> Any | None:
         """The embedding provider (None = keyword-only); an unavailable explicit one raises (D4)."""
@@ -198,14 +220,34 @@ class MemoryCore:
 
     # ------------------------------------------------------------------ identity
     def _check_workspace(self) -> None:
-        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``."""
+        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``
+        or the index holds no file (say, a first search ran in a folder without notes): it has nothing
+        a sync of this workspace could prune, so it follows this workspace."""
         if self.repoint or not os.path.exists(self.db_path):
             return
         try:
             recorded = self.read_meta_value(WORKSPACE_KEY)
+            check_workspace(recorded, self.workspace, self.agent_id)
+        except WorkspaceMismatch:
+            if self._holds_files():
+                raise
         except (MemoryCoreError, apsw.Error, OSError):
             return  # an unreadable index is reported by the command that uses it
-        check_workspace(recorded, self.workspace, self.agent_id)
+
+    def _holds_files(self) -> bool:
+        """Whether the index has any source file (True when that cannot be read: refuse, keep it)."""
+
+        def read(conn: apsw.Connection) -> bool:
+            try:
+                return conn.execute("SELECT 1 FROM memory_index_sources LIMIT 1").fetchone() is not None
+            except apsw.SQLError:
+                return False  # schema not created yet
+        try:
+            return bool(self._meta_reader.run(read))
+        except FileNotFoundError:
+            return False
+        except (apsw.Error, OSError):
+            return True
 
     def expected_identity(self, dims: int | None = None) -> dict[str, Any]:
         ident = index_identity(self.config, self.provider)
@@ -230,7 +272,8 @@ class MemoryCore:
             return None
 
     def identity_state(self) -> dict[str, Any]:
-        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta."""
+        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta; a
+        mismatch also has ``message``, the paused search's error (what differs, both ways out)."""
         with index_errors(self.db_path):
             raw = self.read_meta_value(schema.META_KEY)
         # every search asks (freshness and the engine): the comparison is kept while the stored meta,
@@ -239,25 +282,23 @@ class MemoryCore:
         key = (raw, getattr(provider, "dims", None), getattr(provider, "provider_key", None))  # a fallback switches it
         memo = self._identity_memo
         if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
-            state, diff = memo[3]
-            return {"state": state, "mismatch": list(diff)}
+            return _identity_dict(*memo[3])
         meta = _loads(raw)
         if not isinstance(meta, dict):
             return {"state": "empty", "mismatch": []}
-        diff = identity_mismatch(meta, self.expected_identity())
+        expected = self.expected_identity()
+        diff = identity_mismatch(meta, expected)
         state = "mismatch" if diff else "ok"
+        message = paused_message(meta, expected, diff) if diff else None
         if self._provider is provider:  # expected_identity may have created the provider just now
-            self._identity_memo = (key, self.config, provider, (state, tuple(diff)))
-        return {"state": state, "mismatch": diff}
+            self._identity_memo = (key, self.config, provider, (state, tuple(diff), message))
+        return _identity_dict(state, diff, message)
 
     def check_identity(self) -> dict[str, Any]:
         """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
         state = self.identity_state()
         if state["state"] == "mismatch":
-            raise IndexPaused(
-                "memory search paused: the index was built with different settings "
-                f"({', '.join(state['mismatch'])} changed); run `memory-core index --force`"
-            )
+            raise IndexPaused(state["message"])
         return state
 
     def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
@@ -267,7 +308,8 @@ class MemoryCore:
         if meta.get("provider", "none") != "none" or meta.get("model", FTS_ONLY_MODEL) != FTS_ONLY_MODEL:
             raise IndexPaused(
                 f"refusing to rebuild the semantic index ({meta.get('provider')}/{meta.get('model')}) as "
-                "keyword-only: no embedding provider is configured now. Configure the provider again, or run "
+                "keyword-only: no embedding provider is configured now. Set "
+                f"`provider = {json.dumps(meta.get('provider'))}` in the config to keep it, or run "
                 "`memory-core index --force` to rebuild keyword-only and drop the vectors"
             )
 
@@ -337,7 +379,9 @@ class MemoryCore:
                       progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
         provider = self.provider
         if force and repair:  # a full rebuild that does not need the live index to be readable
-            return self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)
+            summary = self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)
+            summary.rebuild_reason = "--force"
+            return summary
         writer = self.writer
         meta = writer.read_meta()
         expected = index_identity(self.config, provider)
@@ -349,15 +393,19 @@ class MemoryCore:
             full = True
         elif mismatch:
             if not rebuild_on_mismatch:
-                raise IndexPaused(
-                    "memory index paused: the index was built with different settings "
-                    f"({', '.join(mismatch)} changed); run `memory-core index --force`"
-                )
+                raise IndexPaused(paused_message(meta, expected, mismatch, what="memory index paused"))
             full = True
         else:
             full = False
         if full and not force:
             self._assert_no_downgrade(meta, provider)
+        why = None
+        if meta is None:
+            why = "new index"
+        elif force:
+            why = "--force"
+        elif mismatch:
+            why = f"settings changed ({settings_change(meta, expected, mismatch)})"
         if not full:
             try:
                 summary = run_sync(writer, self.config, self.workspace, provider, reason=reason,
@@ -372,7 +420,9 @@ class MemoryCore:
             record_workspace(writer, self.workspace)
             record_last_sync(writer, summary)
             return summary
-        return self._full_reindex(reason=reason, provider=provider, progress=progress)
+        summary = self._full_reindex(reason=reason, provider=provider, progress=progress)
+        summary.rebuild_reason = why
+        return summary
 
     def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None,
                       repair: bool = False) -> IndexSummary:
@@ -600,9 +650,9 @@ class MemoryCore:
                                                      identity_check=self._identity_mismatch)
             return self._fallback_engine
 
-    def _identity_mismatch(self) -> list[str] | None:
+    def _identity_mismatch(self) -> str | None:
         ident = self.identity_state()
-        return ident["mismatch"] if ident["state"] == "mismatch" else None
+        return ident["message"] if ident["state"] == "mismatch" else None
 
     def search_with_details(self, query: str, **kwargs: Any) -> Any:
         """:meth:`before_search` then the engine's detailed search (the provider runtime's v2
@@ -702,6 +752,32 @@ class MemoryCore:
             fresh.reconcile(sessions_by_delta=False, reason="status", strict=True)
         return fresh.is_dirty()
 
+    def source_files(self) -> int:
+        """How many source files the workspace has now (memory files, and transcripts when sessions
+        are a source): 0 means a search has nothing to find there, whatever the query."""
+        from memory_core import sources as src
+
+        count = 0
+        if "memory" in self.config.sources:
+            count += len(src.list_memory_files(self.workspace, self.config.extra_paths))
+        if "sessions" in self.config.sources:
+            with contextlib.suppress(OSError):
+                count += len(src.list_session_files(resolve_sessions_dir(self.config, self.workspace)))
+        return count
+
+    def skipped_files(self) -> list[dict[str, str]]:
+        """The files under ``memory/`` that are not indexed for not being Markdown, as problems."""
+        from memory_core.sources import not_markdown_files
+
+        if "memory" not in self.config.sources:
+            return []
+        try:
+            paths = not_markdown_files(self.workspace)
+        except WorkspaceError:
+            return []
+        return [{"path": p, "code": "not_markdown", "message": "not Markdown (only .md files are indexed)"}
+                for p in paths]
+
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets); :class:`IndexCorrupt` when the file
         is not a readable database."""
@@ -743,6 +819,8 @@ class MemoryCore:
             "state_dir_problem": folder_problem(os.path.dirname(self.db_path)),
             # index paths other users can read (`index` makes them private)
             "loose_permissions": loose_files(self.db_path, state_dir_owned=not cfg.store.path),
+            # files in memory/ that are skipped without a sync problem (not Markdown)
+            "skipped_files": self.skipped_files(),
         }
         if out["db_exists"]:
             out["db_bytes"] = os.path.getsize(self.db_path)
@@ -834,6 +912,13 @@ class MemoryCore:
         except Exception as exc:  # noqa: BLE001 - status reports, never raises
             info.update(available=False, error=str(exc))
         return info
+
+
+def _identity_dict(state: str, diff: Sequence[str], message: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": state, "mismatch": list(diff)}
+    if message is not None:
+        out["message"] = message
+    return out
 
 
 def _loads(value: str | None) -> Any:

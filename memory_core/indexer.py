@@ -66,6 +66,8 @@ class IndexSummary:
     moved_aside: str | None = None
     # files that changed between being read and being published (left for the next sync)
     superseded: int = 0
+    # why a full rebuild was one: "new index", "--force", "settings changed (chunking.tokens 400 -> 300)"
+    rebuild_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

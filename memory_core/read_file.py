@@ -15,7 +15,11 @@ the text fits, a single over-long line is hard-truncated, and a truncated result
 ``truncated``, ``next_from`` and the continuation notice suffix.
 
 Lines: a final newline ends the last line, it does not start an empty one (a 9-line file written
-line by line has 9 lines, so reading line 9 gives no "Use from=10" hint). A ``from`` past the last
+line by line has 9 lines, so reading line 9 gives no "Use from=10" hint). The text of a range is
+the file's text of those lines, each with the newline that ends it in the file: ``lines=2`` of
+``"# Title\n\nBody\n"`` is ``"# Title\n\n"`` (two lines, the second blank), never a text that
+reads as one line. Every surface (CLI ``get``, the ``memory_get`` tool, gateway v2 ``memory.get`` over
+a chunk's text) slices by this one rule (:func:`slice_text`). A ``from`` past the last
 line (for a transcript: past the JSONL line of its last message) gives an explicit empty result
 (``lines`` 0, the upstream shape) with a ``note`` naming where the file ends.
 
@@ -51,6 +55,7 @@ class ReadResult:
     next_from: int | None = None
     status: str = "ok"     # "ok" | "not_found"
     note: str | None = None  # why an ok result is empty: ``from`` is past the last line
+    notice: str | None = None  # the continuation notice ending ``text`` (the CLI prints its own)
 
     def to_dict(self) -> dict[str, Any]:
         if self.status == "not_found":
@@ -73,11 +78,23 @@ def _positive_int(value: Any, fallback: int, name: str) -> int:
     return max(1, int(value))
 
 
-def _notice(next_from: int | None, suggest_read: bool) -> str:
+def _notice(next_from: int | None, suggest_read: bool, text: str) -> str:
+    """Upstream's continuation notice, one blank line after ``text`` (which may end its last line)."""
     base = (f"[More content available. Use from={next_from} to continue.]" if next_from is not None
             else "[More content available. Requested excerpt exceeded the default maxChars budget.]")
     fallback = " If you need the full raw line, use read on the source file." if suggest_read else ""
-    return f"\n\n{base[:-1]}{fallback}]"
+    return f"{'' if text.endswith(chr(10)) else chr(10)}\n{base[:-1]}{fallback}]"
+
+
+def slice_text(content: str, from_: int | None, lines: int | None) -> tuple[list[str], bool, bool]:
+    """Lines ``from .. from+lines-1`` of ``content`` (lines as :func:`_file_lines`; all of them
+    when ``lines`` is None), whether more lines follow, and whether the file's last line ends in a
+    newline (the text of a range is its lines joined, plus the newline that ends its last line)."""
+    file_lines = _file_lines(content)
+    start = _positive_int(from_, 1, "from")
+    count = len(file_lines) if lines is None else _positive_int(lines, 1, "lines")
+    selected = file_lines[start - 1 : start - 1 + count]
+    return selected, start - 1 + len(selected) < len(file_lines), content.endswith("\n")
 
 
 def _file_lines(content: str) -> list[str]:
@@ -95,21 +112,23 @@ def _past_end_note(rel_path: str, start: int, total: int) -> str:
 def build_read_result(content: str, rel_path: str, *, from_: int | None = None, lines: int | None = None,
                       max_chars: int | None = None, suggest_read_fallback: bool = True) -> ReadResult:
     """Slice ``content`` like upstream ``buildMemoryReadResult`` (lines as :func:`_file_lines`)."""
-    file_lines = _file_lines(content)
     start = _positive_int(from_, 1, "from")
-    count = _positive_int(lines, DEFAULT_MEMORY_READ_LINES, "lines")
     budget = _positive_int(max_chars, DEFAULT_MEMORY_READ_MAX_CHARS, "max_chars")
-    selected = file_lines[start - 1 : start - 1 + count]
-    more_source = start - 1 + len(selected) < len(file_lines)
-    note = _past_end_note(rel_path, start, len(file_lines)) if start > max(len(file_lines), 1) else None
+    selected, more_source, last_ended = slice_text(content, start,
+                                                   _positive_int(lines, DEFAULT_MEMORY_READ_LINES, "lines"))
+    total = len(_file_lines(content))
+    note = _past_end_note(rel_path, start, total) if start > max(total, 1) else None
     return build_slice_result(selected, rel_path, start=start, more_source=more_source, max_chars=budget,
-                              suggest_read_fallback=suggest_read_fallback, note=note)
+                              suggest_read_fallback=suggest_read_fallback, note=note, last_ended=last_ended)
 
 
 def build_slice_result(selected: Sequence[str], rel_path: str, *, start: int, more_source: bool, max_chars: int,
-                       suggest_read_fallback: bool = True, note: str | None = None) -> ReadResult:
+                       suggest_read_fallback: bool = True, note: str | None = None,
+                       last_ended: bool = False) -> ReadResult:
     """Fit already-selected lines (from line ``start``) to ``max_chars`` like upstream
-    ``buildMemoryReadResultFromSlice``; ``more_source``: the file has lines after ``selected``."""
+    ``buildMemoryReadResultFromSlice``; ``more_source``: the file has lines after ``selected``;
+    ``last_ended``: the file's last line ends in a newline. Every whole line shown keeps the newline
+    that ends it in the file."""
     budget = max_chars
     included = len(selected)
     text = "\n".join(selected)
@@ -121,11 +140,15 @@ def build_slice_result(selected: Sequence[str], rel_path: str, *, start: int, mo
         text, included, hard = truncate_snippet(text, budget), 1, True
     char_cut = hard or included < len(selected)
     next_from = start + included if (not hard and (more_source or included < len(selected))) else None
+    if included and not hard and (next_from is not None or last_ended):
+        text += "\n"  # the newline that ends the last line shown
     truncated = char_cut or more_source
+    notice = None
     if truncated and (text or hard):
-        text += _notice(next_from, hard and suggest_read_fallback)
+        notice = _notice(next_from, hard and suggest_read_fallback, text)
+        text += notice
     return ReadResult(text=text, path=rel_path, from_=start, lines=included, truncated=truncated,
-                      next_from=next_from, note=note)
+                      next_from=next_from, note=note, notice=notice)
 
 
 def build_session_read_result(content: str, line_map: Sequence[int], rel_path: str, *, from_: int | None = None,
@@ -169,16 +192,18 @@ def build_session_read_result(content: str, line_map: Sequence[int], rel_path: s
     else:
         covered = messages[included - 1][0] - start + 1 if included else 0
     truncated = char_cut or more_source
+    notice = None
     if truncated and (text or hard):
         # never suggest reading the raw transcript: it holds what indexing filters out
-        text += _notice(next_from, False)
+        notice = _notice(next_from, False, text)
+        text += notice
     last = line_map[-1] if line_map else 0
     note = None
     if start > max(last, 1):
         note = (f"from={start} is past the last message of {rel_path} (JSONL line {last}); nothing to read"
                 f" (use from={max(last, 1)} or less)")
     return ReadResult(text=text, path=rel_path, from_=start, lines=covered, truncated=truncated,
-                      next_from=next_from, note=note)
+                      next_from=next_from, note=note, notice=notice)
 
 
 def _inside(root: str, path: str) -> bool:
@@ -242,9 +267,10 @@ def _open_nonblocking(path: str, flags: int) -> int:
 
 
 def _read_window(abs_path: str, shown: str, start: int, count: int, budget: int,
-                 ) -> tuple[list[str], bool, int] | None:
+                 ) -> tuple[list[str], bool, int, bool] | None:
     """Lines ``start .. start+count-1`` of a memory file (fewer once they exceed ``budget``
-    characters), whether more lines follow, and the number of lines read; None when the file is
+    characters), whether more lines follow, the number of lines read and whether the last line
+    read ends in a newline; None when the file is
     missing or not a regular file. Raises :class:`SourceReadError` for an OS error or a file over
     the indexing size limit."""
     from memory_core.sources import MAX_FILE_BYTES
@@ -275,15 +301,15 @@ def _read_window(abs_path: str, shown: str, start: int, count: int, budget: int,
             while len(selected) < count and chars <= budget:
                 got = _next_line(fh, keep if line_no + 1 >= start else 0)
                 if got is None:
-                    return selected, False, line_no
+                    return selected, False, line_no, True
                 line_no += 1
                 data, ended = got
                 if line_no >= start:
                     selected.append(data.decode("utf-8", errors="replace"))
                     chars += len(selected[-1]) + 1
                 if not ended:
-                    return selected, False, line_no
-            return selected, bool(fh.read(1)), line_no
+                    return selected, False, line_no, False
+            return selected, bool(fh.read(1)), line_no, True
         except OSError as exc:
             raise SourceReadError(f"cannot read {shown!r} ({exc.strerror or exc})", code="unreadable") from exc
 
@@ -363,7 +389,7 @@ def read_memory_file(
     window = _read_window(abs_path, shown, start, _positive_int(lines, DEFAULT_MEMORY_READ_LINES, "lines"), budget)
     if window is None:
         return ReadResult(text="", path=shown, status="not_found")
-    selected, more_source, seen = window
+    selected, more_source, seen, last_ended = window
     note = _past_end_note(shown, start, seen) if start > max(seen, 1) else None
     return build_slice_result(selected, shown, start=start, more_source=more_source, max_chars=budget,
-                              suggest_read_fallback=in_workspace, note=note)
+                              suggest_read_fallback=in_workspace, note=note, last_ended=last_ended)

@@ -161,8 +161,10 @@ class _Listing:
         self.files: list[str] = []
         self.errors: list[SourceProblem] = []
         self.bad_names: list[tuple[str, str]] = []  # (path, "file" | "folder")
+        self.not_markdown: list[str] = []  # other files in memory/ (walked with others=True)
 
-    def walk(self, folder: str, pattern: re.Pattern[str] | None = None, base: str | None = None) -> None:
+    def walk(self, folder: str, pattern: re.Pattern[str] | None = None, base: str | None = None,
+             others: bool = False) -> None:
         try:
             with os.scandir(folder) as it:
                 items = sorted(it, key=lambda e: e.name)
@@ -188,9 +190,13 @@ class _Listing:
                     if not valid_name(entry.name):
                         self.bad_names.append((entry.path, "folder"))
                         continue
-                    self.walk(entry.path, pattern, base)
+                    self.walk(entry.path, pattern, base, others)
                     continue
-                if not entry.is_file(follow_symlinks=False) or not entry.name.endswith(".md"):
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                if not entry.name.endswith(".md"):
+                    if others and not entry.name.startswith("."):  # dotfiles (.DS_Store) are no notes
+                        self.not_markdown.append(entry.path)
                     continue
             except OSError:
                 continue
@@ -299,7 +305,7 @@ def _enumerate_memory(workspace: str, extra_paths: Sequence[Any]) -> _Listing:
         try:
             st = os.lstat(memory_dir)
             if stat_mod.S_ISDIR(st.st_mode):
-                listing.walk(memory_dir)
+                listing.walk(memory_dir, others=True)
         except OSError:
             pass
     for resolved, pattern in _normalize_extra_entries(ws, extra_paths):
@@ -333,6 +339,14 @@ def _enumerate_memory(workspace: str, extra_paths: Sequence[Any]) -> _Listing:
 def list_memory_files(workspace: str, extra_paths: Sequence[str | dict] = ()) -> list[str]:
     """Absolute paths of the memory source files, in a stable order (§1.1)."""
     return _enumerate_memory(workspace, extra_paths).files
+
+
+def not_markdown_files(workspace: str) -> list[str]:
+    """Workspace-relative paths of the files under ``memory/`` that are skipped for not being
+    Markdown (``.md``), dotfiles aside: ``status`` reports them, so a note saved as ``.txt`` is not
+    missing from search without a word."""
+    listing = _enumerate_memory(workspace, ())
+    return [relative_source_path(workspace, p) for p in listing.not_markdown]
 
 
 def list_session_files(sessions_dir: str) -> list[str]:

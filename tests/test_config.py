@@ -385,7 +385,8 @@ def test_env_knobs_that_are_no_settings_stay_allowed():
              and p.name != "test_config.py"] + [root / "README.md"]
     used = {m for p in files for m in re.findall(r"MEMORY_CORE_[A-Z0-9_]*[A-Z0-9]", p.read_text(errors="replace"))}
     settings = set(SPECIAL_ENV) | {_env_name(f.alias or n) for n, f in MemoryCoreConfig.model_fields.items()}
-    misspelt_examples = {"MEMORY_CORE_PROVIDR", "MEMORY_CORE_POOL_WORKERS"}  # the README's refused examples
+    # the README's refused examples
+    misspelt_examples = {"MEMORY_CORE_PROVIDR", "MEMORY_CORE_POOL_WORKERS", "MEMORY_CORE_MAX_RESULTS"}
     knobs = sorted(n for n in used if "__" not in n and n not in settings | misspelt_examples)
     assert set(knobs) <= KNOWN_KNOBS | {"MEMORY_CORE_SOMETHING_ELSE"}, set(knobs) - KNOWN_KNOBS
     assert {"MEMORY_CORE_CONFIG", "MEMORY_CORE_NO_SKIPS", "MEMORY_CORE_HYPOTHESIS"} <= set(knobs)

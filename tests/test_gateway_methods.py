@@ -108,7 +108,7 @@ def test_v2_search_get_and_status(config):
     assert (whole["status"], whole["text"], whole["reference"], whole["from"], whole["lines"]) == (
         "ok", COFFEE_SNIPPET, ref, 1, 4)
     assert (part["text"], part["from"], part["lines"], part["truncated"], part["nextFrom"]) == (
-        "\n## Preferences", 2, 2, True, 4)
+        "\n## Preferences\n", 2, 2, True, 4)
     assert stale == {"version": 2, "agentId": "main", "providerId": "memory-core", "status": "not_found"}
 
 
@@ -149,6 +149,22 @@ def test_v2_with_write_scope_reads_and_pagination_round_trips(config):
     assert "nextCursor" not in second
 
 
+def test_v2_get_of_two_lines_ending_in_a_blank_one_is_the_text_the_cli_get_prints(config, capsys, monkeypatch):
+    """Line 2 of the hit is blank: gateway v2 `memory.get` with `lines: 2` gives both lines, with
+    the newline that ends each, the same text as `memory-core get MEMORY.md --lines 2`."""
+    from memory_core.cli import main
+
+    (page,) = call_all(config, [("memory.search", {"query": "coffee", "version": 2})])
+    ref = page["hits"][0]["reference"]
+    (two,) = call_all(config, [("memory.get", {"reference": ref, "lines": 2})])
+    assert (two["text"], two["from"], two["lines"], two["truncated"], two["nextFrom"]) == ("# Memory\n\n", 1, 2,
+                                                                                          True, 3)
+    monkeypatch.setenv("MEMORY_CORE_HOME", config.state_dir)  # the same index
+    assert main(["get", "MEMORY.md", "--lines", "2", "--workspace", config.workspace]) == 0
+    out = capsys.readouterr()
+    assert (out.out, out.err) == (two["text"], "note: more lines follow; use --from 3 to continue\n")
+
+
 def test_paused_index_is_unavailable_with_the_fix(tmp_path):
     ws = make_workspace(tmp_path)
     env = {"MEMORY_CORE_HOME": str(tmp_path / "state")}
@@ -157,8 +173,9 @@ def test_paused_index_is_unavailable_with_the_fix(tmp_path):
     changed = load_config(None, env=env, overrides={"workspace": str(ws), "chunking": {"tokens": 200}})
     v1, v2 = call_all(changed, [("memory.search", {"query": "coffee"}),
                                 ("memory.search", {"query": "coffee", "version": 2})])
-    fix = ("memory search paused: the index was built with different settings (chunkTokens); "
-           "run `memory-core index --force`")
+    fix = ("memory search paused: the index was built with other settings than the configuration's (index: "
+           "chunking.tokens 400; configuration: chunking.tokens 200); set `chunking.tokens = 400` in the config "
+           "to search it as built, or run `memory-core index` to rebuild it with the configuration")
     assert (v1.code, v1.message) == ("UNAVAILABLE", f"memory search failed: {fix}")
     assert (v2.code, v2.message) == ("UNAVAILABLE", fix)
 
@@ -227,7 +244,10 @@ def test_doctor_memory_status_reports_a_failing_provider_as_unavailable(config):
     paused = config.model_copy(update={"chunking": config.chunking.model_copy(update={"tokens": 123})})
     (status,) = call_all(paused, [("doctor.memory.status", {})])
     assert status["health"]["status"] == "unavailable"
-    assert status["health"]["message"].startswith("Memory search is paused: the index was built with different")
+    assert status["health"]["message"] == (  # the paused search's own message: what differs, both fixes
+        "memory search paused: the index was built with other settings than the configuration's (index: "
+        "chunking.tokens 400; configuration: chunking.tokens 123); set `chunking.tokens = 400` in the config to "
+        "search it as built, or run `memory-core index` to rebuild it with the configuration")
 
 
 def test_flush_plan_method(config):

@@ -40,7 +40,7 @@ def get(ws: Path, path: str = "memory/nine.md", **kw):
 
 def test_reading_the_last_line_gives_no_continuation_hint(ws):
     r = get(ws, from_=9, lines=1)
-    assert r.to_dict() == {"text": "line 9", "path": "memory/nine.md", "from": 9, "lines": 1}
+    assert r.to_dict() == {"text": "line 9\n", "path": "memory/nine.md", "from": 9, "lines": 1}
     r = get(ws, from_=8, lines=1)
     assert (r.text, r.next_from) == ("line 8\n\n[More content available. Use from=9 to continue.]", 9)
 
@@ -73,8 +73,8 @@ def test_cli_get_past_the_end_says_so(ws, capsys):
     args = ["--workspace", str(ws)]
     assert cli_main(["get", "memory/nine.md", "--from", "500", *args]) == 0
     out = capsys.readouterr()
-    assert (out.out, out.err) == ("", "note: from=500 is past the end of memory/nine.md, which has 9 lines; "
-                                      "nothing to read (use from=9 or less)\n")
+    assert (out.out, out.err) == ("", "note: --from 500 is past the end of memory/nine.md, which has 9 lines; "
+                                      "nothing to read (use --from 9 or less)\n")
     assert cli_main(["get", "memory/nine.md", "--from", "9", "--lines", "1", *args]) == 0
     assert capsys.readouterr().out == "line 9\n"
 

@@ -97,7 +97,7 @@ def test_incremental_sync_detects_added_changed_removed(workspace):
         assert sorted(s3.to_json()) == sorted([
             "files", "chunks", "added", "changed", "removed", "unchanged", "skipped", "forgotten", "failed",
             "chunks_written", "bytes", "seconds", "revision", "full", "reason", "provider", "model", "scan_ok",
-            "problems", "error", "moved_aside", "superseded"])
+            "problems", "error", "moved_aside", "superseded", "rebuild_reason"])
 
 
 def test_the_readme_example_uses_the_example_agent(tmp_path, monkeypatch):
@@ -197,13 +197,19 @@ def test_identity_mismatch_pauses_sync_and_cli_index_rebuilds(workspace):
         core.index()
         assert core.check_identity() == {"state": "ok", "mismatch": []}
     with core_for(workspace, chunking={"tokens": 200}) as core:
-        assert core.identity_state() == {"state": "mismatch", "mismatch": ["chunkTokens"]}
-        with pytest.raises(IndexPaused, match=r"run `memory-core index --force`"):
+        paused = ("the index was built with other settings than the configuration's (index: chunking.tokens 400; "
+                  "configuration: chunking.tokens 200); set `chunking.tokens = 400` in the config to search it "
+                  "as built, or run `memory-core index` to rebuild it with the configuration")
+        assert core.identity_state() == {"state": "mismatch", "mismatch": ["chunkTokens"],
+                                         "message": f"memory search paused: {paused}"}
+        with pytest.raises(IndexPaused) as err:
             core.check_identity()
-        with pytest.raises(IndexPaused, match="chunkTokens"):
+        assert err.value.message == f"memory search paused: {paused}"
+        with pytest.raises(IndexPaused) as err:
             core.sync()
+        assert err.value.message == f"memory index paused: {paused}"
         s = core.index()
-        assert s.full is True
+        assert (s.full, s.rebuild_reason) == (True, "settings changed (chunking.tokens 400 -> 200)")
         assert core.check_identity()["state"] == "ok"
 
 

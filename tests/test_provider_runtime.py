@@ -35,7 +35,6 @@ from memory_core.provider.runtime import (
     DEGRADED_EMBEDDING,
     DEGRADED_SYNC,
     EMBEDDING_FAILED,
-    PAUSED_INDEX,
     UNAVAILABLE_STORE,
     MemoryCoreProviderRuntime,
 )
@@ -337,10 +336,10 @@ def _get_semantics(cfg: MemoryCoreConfig) -> None:
             "status": "ok", "reference": notes.reference.to_json(), "text": NOTES_MD,
             "citations": [{"label": "memory/notes.md#L1-L4", "reference": notes.reference.to_json(),
                            "startLine": 1, "endLine": 4}],
-            "truncated": False, "from": 1, "lines": 4}
+            "truncated": False, "from": 1, "lines": 3}  # the file's 3 lines (the chunker's citation counts 4)
         second = await lease.get({"reference": notes.reference.to_json(), "from": 2, "lines": 1})
         assert (second.text, second.from_, second.lines, second.truncated, second.next_from) == (
-            "line two about tomatoes", 2, 1, True, 3)
+            "line two about tomatoes\n", 2, 1, True, 3)
         other_lease = await open_lease(runtime, agent="other")
         theirs = (await other_lease.search({"query": "secret", "minScore": 0})).hits[0]
         assert theirs.excerpt.strip() == "- other agent secret about tomatoes"
@@ -407,13 +406,39 @@ def test_checklist_15_from_and_lines_bounds(indexed: MemoryCoreConfig) -> None:
         tail = await lease.get({"reference": ref, "from": 3})
         assert tail.to_json() | {"citations": None} == {"status": "ok", "reference": ref,
                                                          "text": "line three about tomatoes\n", "citations": None,
-                                                         "truncated": False, "from": 3, "lines": 2}
+                                                         "truncated": False, "from": 3, "lines": 1}
         with pytest.raises(InvalidRequest, match="^from must be a positive integer$"):
             await lease.get({"reference": ref, "from": 0})
         with pytest.raises(InvalidRequest, match="^lines must be a positive integer$"):
             await lease.get({"reference": ref, "lines": 0})
 
     run(go())
+
+
+def test_get_of_a_range_with_a_blank_line_is_the_same_text_as_core_get(tmp_path: Path) -> None:
+    """One range rule for every surface: ``lines: 2`` over "# Travel plans" and a blank line gives both lines, with
+    the newline that ends each, on gateway v2 (the provider's get) as on the CLI's ``get``."""
+    ws = make_workspace(tmp_path, memory_md="# Travel plans\n\nLisbon in May.\nPorto in June.\n")
+    cfg = lexical_config(tmp_path, ws)
+    with MemoryCore(config=cfg) as core:
+        core.index()
+
+        async def go() -> Any:
+            lease = await open_lease(MemoryCoreProviderRuntime(cfg))
+            hit = _first(await lease.search({"query": "travel plans", "minScore": 0}), "MEMORY.md")
+            return [(await lease.get({"reference": hit.reference.to_json(), **kw})).to_json()
+                    for kw in ({"lines": 2}, {"from": 3})]
+
+        two, tail = run(go())
+        assert (two["text"], two["from"], two["lines"], two["truncated"], two["nextFrom"]) == (
+            "# Travel plans\n\n", 1, 2, True, 3)
+        assert (tail["text"], tail["from"], tail["lines"], tail["truncated"]) == (
+            "Lisbon in May.\nPorto in June.\n", 3, 2, False)
+        read = core.get("MEMORY.md", lines=2)
+        assert (read.text, read.lines, read.next_from) == (
+            "# Travel plans\n\n\n[More content available. Use from=3 to continue.]", 2, 3)
+        assert read.text[: -len(read.notice)] == two["text"]
+        assert core.get("MEMORY.md", from_=3).text == tail["text"]
 
 
 def test_checklist_16_stale_revision_is_not_found_never_other_content(tmp_path: Path) -> None:
@@ -516,8 +541,9 @@ def test_health_is_unavailable_while_a_settings_change_pauses_search(tmp_path: P
         return health, refused.value
 
     health, refused = run(go())
-    assert (health["status"], health["message"]) == ("unavailable", PAUSED_INDEX.format(keys="chunkTokens"))
-    assert "index --force" in str(refused)
+    assert (health["status"], health["message"]) == ("unavailable", str(refused))
+    assert str(refused).endswith("; set `chunking.tokens = 400` in the config to search it as built, or run "
+                                 "`memory-core index` to rebuild it with the configuration")
     with MemoryCore(config=changed) as core:  # after the rebuild: ready again
         core.index(force=True)
     assert run(_health(MemoryCoreProviderRuntime(changed)))["status"] == "ready"

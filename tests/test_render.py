@@ -4,7 +4,7 @@ formatter and the one project-key splitter."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from host_facades.ranking import citation_for, project_keys_of, project_multiplier
 from memory_core.host.legacy import MemorySearchResult, convert_legacy_hit
@@ -117,6 +117,15 @@ def test_cli_text() -> None:
     assert render.cli_text([HIT], "two", texts=texts) == (
         "0.812 memory/rocket.md#L3-L5  (vector 0.750, text 0.500)\n    line one\n    line\ttwo\n\n")
     assert render.cli_text([], "deploy") == "No matches.\n"
+
+
+def test_cli_text_prints_a_score_part_with_the_digits_it_takes_to_be_true() -> None:
+    """A lone keyword hit's text part of 9.99999e-07 is not "0.000", a score of
+    0.99993 is not "1.000"; exact values and the rest keep 3 decimals (a multiplier may pass 1)."""
+    lone = replace(HIT, score=0.99993, vector_score=0.0, text_score=9.99999e-07)
+    assert render.cli_text([lone]).splitlines()[0] == "0.9999 memory/rocket.md#L3-L5  (vector 0.000, text 1e-06)"
+    important = replace(HIT, score=1.2, vector_score=1.0, text_score=0.5)
+    assert render.cli_text([important]).splitlines()[0] == "1.200 memory/rocket.md#L3-L5  (vector 1.000, text 0.500)"
 
 
 def test_citation_for_one_line_and_range() -> None:

@@ -74,6 +74,23 @@ def open_core(args: argparse.Namespace, *, pool: bool = False, config: Any = Non
                       pool=None if pool else False, **kwargs)
 
 
+def no_sources_note(core: Any) -> str | None:
+    """Why every search of this workspace answers "No matches.": it holds no memory sources (say,
+    the command ran outside the agent's workspace). None when it has some."""
+    if core.source_files():
+        return None
+    from memory_core.output import escape_control
+
+    cfg = core.config
+    looked = "MEMORY.md, memory.md, USER.md and memory/**/*.md" + (" and the extraPaths" if cfg.extra_paths else "")
+    if "memory" not in cfg.sources:
+        looked = "session transcripts"
+    elif "sessions" in cfg.sources:
+        looked += ", and session transcripts"
+    return (f"no memory sources in {escape_control(core.workspace)} (looked for {looked}); run it in the agent's "
+            "workspace or pass --workspace PATH")
+
+
 def print_json(data: Any) -> None:
     """Every ``--json`` output: camelCase keys (memory_core.output.camel_keys), sorted."""
     from memory_core.output import camel_keys

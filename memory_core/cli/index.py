@@ -7,7 +7,8 @@ import sys
 import time
 from typing import Any
 
-from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, USAGE_ERRORS, agent_configs, open_core, print_json
+from memory_core.cli.common import (EXIT_FAILURE, EXIT_USAGE, USAGE_ERRORS, agent_configs, no_sources_note, open_core,
+                                   print_json)
 from memory_core.errors import MemoryCoreError
 from memory_core.output import escape_control
 from memory_core.progress import Progress
@@ -53,13 +54,16 @@ def _index_one(args: argparse.Namespace, cfg: Any) -> tuple[int, Any]:
     try:
         with Progress("Indexing", unit="files") as progress:
             summary = core.index(force=args.force, progress=progress)
+        note = no_sources_note(core) if not summary.files else None
+        skipped = core.skipped_files()
     finally:
         core.close()
     if not args.json:
         if summary.moved_aside:
             print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
                   "(with its -wal/-shm, if any) and rebuilt from scratch")
-        mode = "full rebuild" if summary.full else "incremental"
+        mode = "incremental" if not summary.full else (
+            f"full rebuild: {summary.rebuild_reason}" if summary.rebuild_reason else "full rebuild")
         print(f"Indexed {escape_control(core.workspace)} ({mode}, {summary.provider}/{summary.model}) in {summary.seconds:.2f}s")
         print(f"  files {summary.files}, chunks {summary.chunks}; added {summary.added}, changed {summary.changed},"
               f" removed {summary.removed}, unchanged {summary.unchanged}"
@@ -68,6 +72,10 @@ def _index_one(args: argparse.Namespace, cfg: Any) -> tuple[int, Any]:
             print(f"  skipped {escape_control(p['path'])}: {escape_control(p['message'])}", file=sys.stderr)
         if len(summary.problems) > 20:
             print(f"  ... and {len(summary.problems) - 20} more problems (see --json)", file=sys.stderr)
+        if skipped:
+            print(f"  {_skipped_line(skipped)}", file=sys.stderr)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     return (EXIT_FAILURE if summary.failed else 0), summary.to_json()
 
 
@@ -88,14 +96,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
     aggregate array (a disabled agent has none)."""
     entries = []
     texts = []
+    problems = []
     rc = 0
     configs = agent_configs(args)
     for cfg in configs:
         if _disabled(cfg):
             continue
         try:
-            core = open_core(args, config=cfg)
+            core = open_core(args, config=cfg, check_config=False)  # a configuration error is shown beside the facts
             try:
+                problem = core.config_problem()
                 st = core.status(deep=args.deep)
             finally:
                 core.close()
@@ -105,6 +115,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
             rc = max(rc, _agent_failed(cfg, exc))
             continue
         st["notices"] = cfg.unused_settings
+        if problem is not None:
+            st["config_error"] = problem.message
+            problems.append(problem)
         entries.append(_status_json(st))
         if not args.json:
             texts.append(_status_text(args, st))
@@ -112,6 +125,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print_json(entries)
     else:
         print("\n\n".join(texts))
+    for problem in problems:
+        rc = max(rc, _config_exit(problem))
     return rc
 
 
@@ -136,13 +151,13 @@ def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:
         f"FTS: {'available' if fts['available'] else 'unavailable'} ({fts['tokenizer']})",
         "Vector store: " + (
             f"available (sqlite-vec {vec['sqlite_vec_version']}, backend {vec['backend']})" if vec["available"]
-            else ("disabled (keyword-only)" if not vec["enabled"] else f"unavailable ({vec['error']})")),
+            else ("disabled (keyword-only)" if not vec["enabled"]
+                  else f"unavailable ({vec['error'] or 'no vectors indexed yet'})")),
         f"Revision: {st['revision']}  Dirty: {'yes' if st['dirty'] else 'no'}",
     ]
     ident = st.get("identity") or {}
     if ident.get("state") == "mismatch":
-        lines.append(f"Index identity: paused ({', '.join(ident['mismatch'])} changed); "
-                     "run `memory-core index --force`")
+        lines.append(f"Index identity: {ident['message']}")
     elif ident.get("state"):
         lines.append(f"Index identity: {ident['state']}")
     last = st.get("last_sync")
@@ -153,6 +168,8 @@ def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:
             lines.append(f"Problems: {len(last['problems'])} file(s) skipped, e.g. "
                          f"{escape_control(last['problems'][0]['path'])}: "
                          f"{escape_control(last['problems'][0]['message'])}")
+    if st.get("skipped_files"):
+        lines.append(f"Problems: {_skipped_line(st['skipped_files'])}")
     if args.deep:
         pc = st.get("provider_check") or {}
         if pc.get("mode") == "fts-only":
@@ -164,7 +181,24 @@ def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:
             lines.append(f"Integrity: {st['integrity']}" + (
                 "" if st["integrity"] == "ok" else " (run `memory-core index --force` to rebuild the index)"))
     lines.extend(st.get("notices") or [])
+    if st.get("config_error"):
+        lines.append(f"Problem: configuration: {escape_control(st['config_error'])}")
     return "\n".join(lines)
+
+
+def _skipped_line(skipped: list[dict[str, str]], shown: int = 10) -> str:
+    """``3 files skipped: not Markdown (only .md files are indexed): memory/a.txt, ...``."""
+    names = ", ".join(escape_control(p["path"]) for p in skipped[:shown]) + (" ..." if len(skipped) > shown else "")
+    return (f"{len(skipped)} file{'' if len(skipped) == 1 else 's'} skipped: {skipped[0]['message']}: "
+            f"{names}")
+
+
+def _config_exit(problem: Any) -> int:
+    """After the status is shown: a configuration error exits 2 with its one line, as on every command."""
+    if problem is None:
+        return 0
+    print(f"error: {problem.message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _cmd_import(args: argparse.Namespace) -> int:

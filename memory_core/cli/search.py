@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
-from memory_core.cli.common import load_cli_config, open_core, print_json
+from memory_core.cli.common import load_cli_config, no_sources_note, open_core, print_json
 from memory_core.errors import InvalidRequest
 from memory_core.output import escape_control
 
@@ -133,14 +134,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
             return 0
         hits = core.search(query, **kwargs)
         stale = hits.staleness
+        note = None if hits else no_sources_note(core)
         if args.json:
             out: dict[str, Any] = {"agentId": core.agent_id, "provider": core.config.provider,
                                    "results": [wire(h) for h in hits]}
             if stale:
                 out.update({k: v for k, v in stale.items() if k in ("stale", "warning", "action")})
+            if note:
+                out["note"] = note
             print_json(out)
         else:
             sys.stdout.write(_render_hits(core, hits, query))
+            if note:
+                print(f"note: {note}", file=sys.stderr)
         if stale and stale.get("warning"):
             print(f"warning: {stale['warning']}" + (f" ({stale['action']})" if stale.get("action") else ""),
                   file=sys.stderr)
@@ -172,7 +178,21 @@ def _cmd_get(args: argparse.Namespace) -> int:
         print(f"error: {escape_control(args.path)} not found", file=sys.stderr)
         return 1
     if result.note:
-        print(f"note: {escape_control(result.note)}", file=sys.stderr)
-    elif result.text:
-        sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+        print(f"note: {escape_control(_cli_flags(result.note))}", file=sys.stderr)
+        return 0
+    text = result.text[: -len(result.notice)] if result.notice else result.text
+    if text:
+        sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+    if result.next_from is not None:
+        print(f"note: more lines follow; use --from {result.next_from} to continue", file=sys.stderr)
+    elif result.notice:
+        from memory_core.read_file import DEFAULT_MEMORY_READ_MAX_CHARS
+
+        print(f"note: the line was cut at the {DEFAULT_MEMORY_READ_MAX_CHARS:,}-character limit of a read",
+              file=sys.stderr)
     return 0
+
+
+def _cli_flags(note: str) -> str:
+    """A read's note names the tools' parameters (``from=4``); the CLI's flag is ``--from 4``."""
+    return re.sub(r"\bfrom=(\d+)", r"--from \1", note)

@@ -27,7 +27,19 @@ def load_service_config(args: argparse.Namespace) -> Any:
         if not os.path.isdir(ws):
             raise ConfigError(f"workspace {ws} does not exist or is not a folder; pass --workspace PATH")
         overrides["workspace"] = ws
-    return load_cli_config(args, overrides)
+    cfg = load_cli_config(args, overrides)
+    check_agents(cfg)
+    return cfg
+
+
+def check_agents(cfg: Any) -> None:
+    """A configuration error of any agent the server would serve (an unknown embedding provider)
+    stops it before it starts, exit 2, as every one-shot command does, not at the agent's first use."""
+    from memory_core.embeddings.registry import check_provider_name
+
+    for agent in [cfg, *(cfg.for_agent(aid) for aid in cfg.agents)]:
+        if agent.enabled:
+            check_provider_name(agent)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -72,14 +72,25 @@ def registered_providers() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def check_provider_name(config: MemoryCoreConfig) -> ProviderFactory:
+    """The factory of the configured provider (its ``fallback`` name checked too); an unknown name is a
+    :class:`ConfigError` naming the registered ones (the same message from every command, before anything
+    is read or synced)."""
+    _load_builtins()
+    factory = _factory((config.provider or "none").strip().lower(), "provider")
+    fallback = (config.fallback or "none").strip().lower()
+    if fallback != "none":
+        _factory(fallback, "fallback")
+    return factory
+
+
 def create_embedding_provider(config: MemoryCoreConfig) -> EmbeddingProvider | None:
     """The configured provider, or None for ``"none"`` (keyword-only).
 
     Unknown names raise ConfigError; a known provider that cannot run raises ProviderUnavailable.
     """
-    _load_builtins()
+    factory = check_provider_name(config)
     name = (config.provider or "none").strip().lower()
-    factory = _factory(name, "provider")
     fallback = (config.fallback or "none").strip().lower()
     if fallback in ("none", name) or name == "none":
         return factory(config)
@@ -108,7 +119,11 @@ def create_embedding_provider(config: MemoryCoreConfig) -> EmbeddingProvider | N
 def _factory(name: str, key: str) -> ProviderFactory:
     factory = _REGISTRY.get(name)
     if factory is None:
+        import difflib
+
+        close = difflib.get_close_matches(name, registered_providers(), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            f"{key}: unknown embedding provider {name!r}; use one of {', '.join(registered_providers())}"
+            f"{key}: unknown embedding provider {name!r}{hint}; use one of {', '.join(registered_providers())}"
         )
     return factory

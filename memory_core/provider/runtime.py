@@ -66,6 +66,7 @@ from memory_core.provider.types import (
     OwnerPrivateAudience,
     SessionAuthority,
 )
+from memory_core.read_file import slice_text
 from memory_core.search.render import provider_hit
 from memory_core.search.types import SearchHit
 from memory_core.store.reader import CachedReader
@@ -184,16 +185,14 @@ def project_admits(project_key: str | None, active: list[str] | None) -> bool:
 
 
 def slice_lines(text: str, from_: int | None, lines: int | None) -> dict[str, Any]:
-    """1-based ``from``/``lines`` window over ``text``; reports from, lines, truncated, nextFrom."""
-    all_lines = text.split("\n")
+    """1-based ``from``/``lines`` window over ``text`` by the one line rule of every ``get``
+    (:func:`memory_core.read_file.slice_text`); reports from, lines, truncated, nextFrom."""
     start = max(1, int(from_ or 1))
-    count = len(all_lines) if lines is None else max(1, int(lines))
-    selected = all_lines[start - 1:start - 1 + count]
-    end = start - 1 + len(selected)
-    out: dict[str, Any] = {"text": "\n".join(selected), "from_": start, "lines": len(selected),
-                           "truncated": end < len(all_lines)}
-    if out["truncated"]:
-        out["next_from"] = end + 1
+    selected, more, last_ended = slice_text(text, start, lines)
+    body = "\n".join(selected) + ("\n" if selected and (more or last_ended) else "")
+    out: dict[str, Any] = {"text": body, "from_": start, "lines": len(selected), "truncated": more}
+    if more:
+        out["next_from"] = start + len(selected)
     return out
 
 
@@ -583,7 +582,9 @@ class MemoryCoreProvider:
             identity = {}
         if identity.get("state") == "mismatch":  # every search is refused until the rebuild
             keys = ", ".join(identity.get("mismatch") or []) or "settings"
-            return MemoryHealth(status="unavailable", message=PAUSED_INDEX.format(keys=keys), details=details)
+            # the search's own message (what differs, both fixes; no paths), else the generic one
+            message = identity.get("message") or PAUSED_INDEX.format(keys=keys)
+            return MemoryHealth(status="unavailable", message=message, details=details)
         if core.last_sync_error:
             return MemoryHealth(status="degraded", message=DEGRADED_SYNC, details=details)
         failed_at = self._runtime.embedding_failure(self.agent_id)

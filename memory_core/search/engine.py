@@ -160,8 +160,8 @@ class SearchEngine:
     """Search over one agent database. ``provider`` None means keyword-only (FTS-only) unless the
     configuration names a provider, in which case search fails closed (D4).
 
-    Hooks (all optional): ``identity_check()`` returns a list of mismatched identity keys (or
-    raises IndexPaused); ``on_empty_index()`` runs the forced sync when the index has no chunks;
+    Hooks (all optional): ``identity_check()`` returns the paused index's message or a list of
+    mismatched identity keys (or raises IndexPaused); ``on_empty_index()`` runs the forced sync when the index has no chunks;
     ``now_ms()`` is the clock temporal decay uses.
     """
 
@@ -277,6 +277,8 @@ class SearchEngine:
         result = self.identity_check()
         if result is None or result is True:
             return
+        if isinstance(result, str):  # the owner's whole message (what differs, both ways out)
+            raise IndexPaused(result)
         if result is False or (isinstance(result, (list, tuple, set)) and result):
             keys = ", ".join(map(str, result)) if isinstance(result, (list, tuple, set)) else "identity"
             raise IndexPaused(

@@ -138,6 +138,22 @@ def provider_hit(hit: Any, provider_id: str, *, scored: bool = True) -> MemorySe
     )
 
 
+def score_text(value: float) -> str:
+    """A score with 3 decimals, unless they would round it onto a whole number it is not: a
+    keyword part of ``9.99999e-07`` prints ``1e-06`` (not ``0.000``), ``0.99993`` prints ``0.9999``."""
+    text = f"{value:.3f}"
+    whole = round(value)
+    if value == whole or float(text) != whole:
+        return text
+    if abs(value) < 1e-3:
+        return f"{value:.3g}"
+    for digits in range(4, 10):
+        text = f"{value:.{digits}f}"
+        if float(text) != whole:
+            break
+    return text
+
+
 def cli_text(hits: Sequence[Any], query: str = "", *, texts: dict[str, str] | None = None,
              color: bool = False) -> str:
     """Upstream's human output: ``<score> <citation>``, the lines around the match (from the chunk's
@@ -146,12 +162,12 @@ def cli_text(hits: Sequence[Any], query: str = "", *, texts: dict[str, str] | No
         return "No matches.\n"
     out = []
     for h in hits:
-        out.append(f"{h.score:.3f} {escape_control(h.citation)}")
+        out.append(f"{score_text(h.score)} {escape_control(h.citation)}")
         parts = []
         if h.vector_score is not None:
-            parts.append(f"vector {h.vector_score:.3f}")
+            parts.append(f"vector {score_text(h.vector_score)}")
         if h.text_score is not None:
-            parts.append(f"text {h.text_score:.3f}")
+            parts.append(f"text {score_text(h.text_score)}")
         if parts:
             out[-1] += f"  ({', '.join(parts)})"
         text = (texts or {}).get(h.id) or h.snippet
