@@ -87,7 +87,7 @@ def test_a_misspelt_provider_is_exit_2_with_the_same_line_on_every_command(works
     assert main(["status", *args]) == 2
     assert f"\nProblem: configuration: {LOCALL}\n" in capsys.readouterr().out
     assert main(["status", "--json", *args]) == 2
-    assert json.loads(capsys.readouterr().out)["configError"] == LOCALL
+    assert json.loads(capsys.readouterr().out)[0]["configError"] == LOCALL
 
 
 # --- item 4: the key as written, and the nearest known key path ------------------------------------
@@ -148,7 +148,7 @@ def test_status_lists_files_skipped_for_not_being_markdown(workspace, capsys):
         "Problems: 2 files skipped: not Markdown (only .md files are indexed): memory/flights.txt, "
         "memory/trip/visa.pdf")
     assert main(["status", "--json", *args]) == 0
-    assert json.loads(capsys.readouterr().out)["skippedFiles"] == [
+    assert json.loads(capsys.readouterr().out)[0]["skippedFiles"] == [
         {"code": "not_markdown", "message": "not Markdown (only .md files are indexed)", "path": p}
         for p in ("memory/flights.txt", "memory/trip/visa.pdf")]
 
