@@ -11,7 +11,7 @@ import {
   GET_SCHEMA, SEARCH_SCHEMA, buildFlushPlan, buildPromptSection, getDescription, jsonResult, searchDescription,
   searchUnavailable, sourceContract,
 } from "./lib/host-shapes.js";
-import { MemoryCoreSupervisor } from "./lib/supervisor.js";
+import { INSTALL_FIX, MemoryCoreSupervisor } from "./lib/supervisor.js";
 
 export const PLUGIN_ID = "memory-core-py";
 const DEFAULT_START_TIMEOUT_MS = 120000;
@@ -90,6 +90,22 @@ function commandOf(pluginConfig) {
   if (Array.isArray(c) && c.length && c.every((s) => typeof s === "string" && s)) return c;
   if (typeof c === "string" && c.trim()) return [c.trim()];
   return ["memory-core"];
+}
+
+/** Why `command` cannot start (its executable is neither an existing file nor on PATH), or null. */
+export function commandProblem(command, env = process.env) {
+  const exe = command[0];
+  const runnable = (file) => {
+    try {
+      fs.accessSync(file, fs.constants.X_OK);
+      return fs.statSync(file).isFile();
+    } catch {
+      return false;
+    }
+  };
+  if (exe.includes("/")) return runnable(path.resolve(exe)) ? null : `memory-core is not installed (${exe} does not exist)`;
+  const dirs = (env.PATH ?? "").split(path.delimiter).filter(Boolean);
+  return dirs.some((d) => runnable(path.join(d, exe))) ? null : `memory-core is not installed (${exe} is not on PATH)`;
 }
 
 // ------------------------------------------------------------------ the search manager
@@ -230,6 +246,10 @@ export default {
       agentIds: agentEntries(cfg0).map((a) => a.id.trim().toLowerCase()),
       startTimeoutMs: Number(pluginConfig.startTimeoutMs) > 0 ? Number(pluginConfig.startTimeoutMs) : DEFAULT_START_TIMEOUT_MS,
     }, log);
+    if (!supervisor.settings.url) {
+      const problem = commandProblem(supervisor.settings.command);
+      if (problem) log.warn(`memory-core-py: ${problem}; ${INSTALL_FIX}`);
+    }
 
     // one memory-core per gateway: started with the gateway's services, stopped with them
     api.registerService({

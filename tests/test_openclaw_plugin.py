@@ -241,3 +241,126 @@ def test_a_real_openclaw_gateway_runs_its_memory_on_memory_core(host):
     assert len(pids) == 2 and pid_alive(pids[1])
     assert host.stop() is not None
     wait_for(lambda: not any(pid_alive(p) for p in pids), 30, f"memory-core pids {pids} to exit with the gateway")
+
+
+# --------------------------------------------------------------------------- failure is visible, never fatal
+
+HARNESS = """
+import plugin from %s;
+const [pluginConfig, workspace] = %s;
+const reg = {tools: {}, services: [], capability: null, logs: []};
+const config = {agents: {defaults: {workspace}}};
+plugin.register({
+  pluginConfig, config, runtime: {}, logger: {info: (m) => reg.logs.push(m), warn: (m) => reg.logs.push(m)},
+  registerService: (s) => reg.services.push(s), registerMemoryCapability: (c) => { reg.capability = c; },
+  registerTool: (factory, opts) => { reg.tools[opts.names[0]] = factory({agentId: "main", config}); },
+});
+await reg.services[0].start({config});
+const deadline = Date.now() + 60000;
+let acquired;
+do {  // until the plugin has decided (not "starting"): polled, with a deadline
+  acquired = await reg.capability.runtime.getMemorySearchManager({cfg: config, agentId: "main", purpose: "status"});
+  if (acquired.error && !/is starting|not running/.test(acquired.error)) break;
+  await new Promise((r) => setTimeout(r, 100));
+} while (Date.now() < deadline);
+const search = await reg.tools.memory_search.execute("t1", {query: "coffee"});
+const get = await reg.tools.memory_get.execute("t2", {path: "MEMORY.md"});
+await reg.services[0].stop();
+console.log(JSON.stringify({error: acquired.error, manager: acquired.manager, search: search.details,
+                            get: get.details, logs: reg.logs}));
+"""
+
+
+class OldServer:
+    """A protocol-4 server that says it is memory-core 0.0.9 and serves only memory.search (a memory-core
+    older than the plugin), on a free loopback port in a thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.url = ""
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _handle(self, ws) -> None:
+        await ws.send(json.dumps({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n", "ts": 1}}))
+        req = json.loads(await ws.recv())
+        await ws.send(json.dumps({"type": "res", "id": req["id"], "ok": True, "payload": {
+            "type": "hello-ok", "protocol": 4, "server": {"version": "memory-core-0.0.9", "connId": "c"},
+            "features": {"methods": ["memory.search"], "events": []}}}))
+        async for _ in ws:
+            pass
+
+    async def _main(self) -> None:
+        from websockets.asyncio.server import serve
+
+        self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        async with serve(self._handle, "127.0.0.1", 0) as server:
+            self.url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}"
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> OldServer:
+        self._thread.start()
+        assert self._ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)  # asyncio.Event is not thread-safe
+        self._thread.join(30)
+
+
+def run_harness(client, tmp_path, plugin_config: dict) -> dict:
+    ws = tmp_path / "workspace"
+    ws.mkdir(exist_ok=True)
+    (ws / "MEMORY.md").write_text(MEMORY_MD, encoding="utf-8")
+    plugin_config = {"stateDir": str(tmp_path / "state"), **plugin_config}
+    script = HARNESS % (json.dumps((PLUGIN / "index.js").as_uri()), json.dumps([plugin_config, str(ws)]))
+    (tmp_path / "harness.mjs").write_text(script, encoding="utf-8")
+    done = subprocess.run([client[0], str(tmp_path / "harness.mjs")], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+INSTALL_FIX = ("install memory-core (pip install memory-core), then run `memory-core plugin install` (or set "
+               "plugins.entries.memory-core-py.config.command to the memory-core command)")
+
+
+def assert_unavailable_tools(out: dict) -> None:
+    assert out["manager"] is None
+    assert (out["search"]["results"], out["search"]["unavailable"], out["search"]["error"]) == ([], True, out["error"])
+    assert out["get"] == {"path": "MEMORY.md", "text": "", "status": "error", "code": "MEMORY_READ_FAILED",
+                          "error": out["error"]}
+    assert "Traceback" not in json.dumps(out)
+
+
+def test_memory_core_not_installed_is_named_with_its_fix(client, tmp_path):
+    out = run_harness(client, tmp_path, {"command": [str(tmp_path / "no-such-memory-core")]})
+    missing = tmp_path / "no-such-memory-core"
+    assert out["error"] == f"memory-core unavailable: memory-core is not installed (cannot run {missing}); {INSTALL_FIX}"
+    assert f"memory-core-py: memory-core is not installed ({missing} does not exist); {INSTALL_FIX}" in out["logs"]
+    assert_unavailable_tools(out)
+
+
+def test_a_child_that_fails_to_start_is_named_with_its_error(client, tmp_path):
+    failing = [sys.executable, "-c", "import sys; print('error: config file x.toml: bad key', file=sys.stderr); "
+                                     "sys.exit(2)"]
+    out = run_harness(client, tmp_path, {"command": failing})
+    assert out["error"].startswith("memory-core unavailable: memory-core (pid "), out
+    assert out["error"].endswith("exited with code 2: config file x.toml: bad key; fix the memory-core config the "
+                                 "plugin wrote (see the gateway log) or the plugin config")
+    assert_unavailable_tools(out)
+
+
+def test_a_memory_core_too_old_for_the_plugin_is_named_with_the_upgrade(client, tmp_path):
+    with OldServer() as old:
+        out = run_harness(client, tmp_path, {"url": old.url, "token": "t" * 20})
+    assert out["error"] == (f"memory-core unavailable: memory-core-0.0.9 at {old.url} is not a memory-core this plugin "
+                            "supports (it does not serve doctor.memory.status, tools.invoke); upgrade memory-core "
+                            "(pip install -U memory-core) and rerun `memory-core plugin install`")
+    assert_unavailable_tools(out)

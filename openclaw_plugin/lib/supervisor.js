@@ -273,7 +273,7 @@ export class MemoryCoreSupervisor {
   }
 }
 
-const INSTALL_FIX = "install memory-core (pip install memory-core), then run `memory-core plugin install` "
+export const INSTALL_FIX = "install memory-core (pip install memory-core), then run `memory-core plugin install` "
   + "(or set plugins.entries.memory-core-py.config.command to the memory-core command)";
 
 function lines(stream, onLine) {
