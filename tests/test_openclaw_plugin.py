@@ -21,22 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.openclaw_host import ROOT, TOKEN, OpenClawHost, find_client, pid_alive, wait_for
+from benchmarks.openclaw_host import ROOT, TOKEN, OpenClawHost, pid_alive, wait_for
 from memory_core.flush_plan import build_memory_flush_plan
 from memory_core.gateway.client import GatewayCallError, GatewayClient
 from memory_core.prompt_section import build_prompt_section
 from memory_core.tools import PATH_NOT_ALLOWED, WIKI_NOT_REGISTERED
 from tests.gateway_fixtures import MEMORY_MD, NOTE_MD
+from tests.test_gateway_openclaw_cli import client  # noqa: F401 - the fixture: (node, openclaw.mjs) or a skip
 
 PLUGIN = ROOT / "openclaw_plugin"
-
-
-@pytest.fixture(scope="module")
-def client():
-    found = find_client()
-    if isinstance(found, str):
-        pytest.skip(found)
-    return found
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
