@@ -246,10 +246,18 @@ export default {
       agentIds: agentEntries(cfg0).map((a) => a.id.trim().toLowerCase()),
       startTimeoutMs: Number(pluginConfig.startTimeoutMs) > 0 ? Number(pluginConfig.startTimeoutMs) : DEFAULT_START_TIMEOUT_MS,
     }, log);
-    if (!supervisor.settings.url) {
-      const problem = commandProblem(supervisor.settings.command);
-      if (problem) log.warn(`memory-core-py: ${problem}; ${INSTALL_FIX}`);
-    }
+    const startProblem = supervisor.settings.url ? null : commandProblem(supervisor.settings.command);
+    if (startProblem) log.warn(`memory-core-py: ${startProblem}; ${INSTALL_FIX}`);
+
+    // `/memory-core`: where memory-core stands, for an operator in chat; `openclaw plugins inspect
+    // --runtime` lists it with this description, so a memory-core that cannot start is named there too
+    api.registerCommand?.({
+      name: "memory-core",
+      description: startProblem ? `memory-core status. PROBLEM: ${startProblem}; ${INSTALL_FIX}`
+        : "memory-core status: the memory-core server behind OpenClaw's memory (state, pid, health per agent)",
+      acceptsArgs: false,
+      handler: async () => ({ text: statusText(supervisor) }),
+    });
 
     // one memory-core per gateway: started with the gateway's services, stopped with them
     api.registerService({
@@ -345,6 +353,13 @@ export default {
     api.registerTool((ctx) => makeTool("memory_get", ctx), { names: ["memory_get"] });
   },
 };
+
+function statusText(supervisor) {
+  const problem = supervisor.describeProblem();
+  if (problem) return `memory-core: ${supervisor.state}. ${problem}`;
+  const agents = supervisor.settings.agentIds.map((id) => `${id}: ${supervisor.health.get(id)?.health?.status ?? "unknown"}`);
+  return `memory-core: ready (${supervisor.client?.serverVersion}, pid ${supervisor.pid ?? "shared server"}); ${agents.join(", ")}`;
+}
 
 function unavailableTool(name, args, error) {
   if (name === "memory_search") return jsonResult(searchUnavailable(error));

@@ -235,6 +235,14 @@ def test_a_real_openclaw_gateway_runs_its_memory_on_memory_core(host):
     assert host.stop() is not None
     wait_for(lambda: not any(pid_alive(p) for p in pids), 30, f"memory-core pids {pids} to exit with the gateway")
 
+    # memory-core not installed: `openclaw plugins inspect` names the problem and the fix
+    missing = host.base / "no-such-memory-core"
+    assert host.openclaw("config", "set", "plugins.entries.memory-core-py.config.command",
+                         json.dumps([str(missing)]), "--strict-json").returncode == 0
+    inspected = host.openclaw("plugins", "inspect", "memory-core-py", "--runtime")
+    assert (f"[plugins] memory-core-py: memory-core is not installed ({missing} does not exist); install memory-core "
+            "(pip install memory-core), then run `memory-core plugin install`") in inspected.stdout + inspected.stderr
+
 
 # --------------------------------------------------------------------------- failure is visible, never fatal
 
