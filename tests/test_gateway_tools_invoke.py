@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -14,7 +16,7 @@ from memory_core.gateway.client import GatewayCallError, GatewayClient
 from memory_core.gateway.handlers import MemoryService
 from memory_core.gateway.server import GatewayServer
 from memory_core.tools import PATH_NOT_ALLOWED, SESSIONS_OFF_ACTION, SESSIONS_OFF_WARNING, WIKI_NOT_REGISTERED
-from tests.gateway_fixtures import TOKEN, make_workspace
+from tests.gateway_fixtures import ROOT, TOKEN, child_env, make_workspace, write_config
 
 pytestmark = pytest.mark.timeout(120)
 WRITE = ["operator.read", "operator.write"]
@@ -95,3 +97,21 @@ def test_tools_invoke_needs_the_write_scope_and_a_known_tool(service):
     assert (read_only.code, read_only.message) == ("FORBIDDEN", "missing scope: operator.write")
     assert (unknown.code, unknown.message) == (
         "INVALID_REQUEST", 'unknown tool "exec": memory-core serves memory_search and memory_get')
+
+
+def test_serve_exits_when_its_supervisors_pipe_closes(tmp_path):
+    """``--exit-on-stdin-eof``: the OpenClaw plugin holds serve's stdin; if the gateway dies without
+    stopping it (even SIGKILL), the pipe closes and serve stops instead of living on as an orphan."""
+    cfg = write_config(tmp_path, make_workspace(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "memory_core", "serve", "--config", str(cfg), "--port", "0",
+                             "--exit-on-stdin-eof"], cwd=ROOT, env=child_env(tmp_path, MEMORY_CORE_GATEWAY_TOKEN=TOKEN),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert "listening on ws://127.0.0.1:" in proc.stdout.readline()
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
