@@ -62,6 +62,7 @@ export function memoryCoreConfig(cfg, resolveWorkspace, dir) {
     agentId: defaultId,
     workspace,
     stateDir: path.join(dir, "index"),
+    ...pick(cfg?.memory?.search),
     ...pick(cfg?.agents?.defaults?.memorySearch),
     ...pick(agentEntries(cfg).find((a) => a.id.trim().toLowerCase() === defaultId)?.memorySearch),
   };

@@ -26,7 +26,7 @@ from memory_core.flush_plan import build_memory_flush_plan
 from memory_core.gateway.client import GatewayCallError, GatewayClient
 from memory_core.prompt_section import build_prompt_section
 from memory_core.tools import PATH_NOT_ALLOWED, WIKI_NOT_REGISTERED
-from tests.gateway_fixtures import MEMORY_MD, NOTE_MD
+from tests.gateway_fixtures import MEMORY_MD, NOTE_MD, make_workspace
 from tests.test_gateway_openclaw_cli import client  # noqa: F401 - the fixture: (node, openclaw.mjs) or a skip
 
 PLUGIN = ROOT / "openclaw_plugin"
@@ -365,3 +365,37 @@ def test_a_memory_core_too_old_for_the_plugin_is_named_with_the_upgrade(client, 
                             "supports (it does not serve doctor.memory.status, tools.invoke); upgrade memory-core "
                             "(pip install -U memory-core) and rerun `memory-core plugin install`")
     assert_unavailable_tools(out)
+
+
+CONFIG_SCRIPT = """
+import { memoryCoreConfig } from %s;
+const [cfg, dir] = %s;
+const resolve = (c, id, entry) => entry.workspace ?? c.agents.defaults.workspace;
+console.log(JSON.stringify(memoryCoreConfig(cfg, resolve, dir)));
+"""
+
+
+def test_the_child_serves_every_agent_of_the_hosts_config(client, tmp_path):
+    """The config the plugin writes names each agents.list entry with its workspace and the host's
+    memorySearch settings, and memory-core reads it as those agents."""
+    from memory_core.config import load_config
+
+    main_ws, ops_ws = make_workspace(tmp_path, "main-ws"), make_workspace(tmp_path, "ops-ws")
+    host_cfg = {"memory": {"search": {"provider": "none"}, "citations": "off"},
+                "agents": {"defaults": {"workspace": str(main_ws), "memorySearch": {"sources": ["memory"]}},
+                           "list": [{"id": "Ops", "workspace": str(ops_ws), "memorySearch": {"extraPaths": ["notes"]}},
+                                    {"id": "main", "default": True}]}}
+    script = CONFIG_SCRIPT % (json.dumps((PLUGIN / "index.js").as_uri()), json.dumps([host_cfg, str(tmp_path / "mc")]))
+    (tmp_path / "config.mjs").write_text(script, encoding="utf-8")
+    done = subprocess.run([client[0], str(tmp_path / "config.mjs")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc == {"agentId": "main", "workspace": str(main_ws), "stateDir": str(tmp_path / "mc" / "index"),
+                   "provider": "none", "sources": ["memory"], "citations": "off",
+                   "agents": {"ops": {"workspace": str(ops_ws), "extraPaths": ["notes"]}}}
+    (tmp_path / "mc.json").write_text(json.dumps(doc), encoding="utf-8")
+    cfg = load_config(str(tmp_path / "mc.json"), env={})
+    assert (cfg.agent_id, cfg.workspace, cfg.citations) == ("main", str(main_ws), "off")
+    ops = cfg.for_agent("ops")
+    assert (ops.workspace, ops.provider, [getattr(p, "path", p) for p in ops.extra_paths]) == (str(ops_ws), "none",
+                                                                                              ["notes"])
