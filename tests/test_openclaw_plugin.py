@@ -26,7 +26,8 @@ from memory_core.flush_plan import build_memory_flush_plan
 from memory_core.gateway.client import GatewayCallError, GatewayClient
 from memory_core.prompt_section import build_prompt_section
 from memory_core.tools import PATH_NOT_ALLOWED, WIKI_NOT_REGISTERED
-from tests.gateway_fixtures import MEMORY_MD, NOTE_MD, make_workspace
+from tests.gateway_fixtures import TOKEN as TOKEN_SERVE
+from tests.gateway_fixtures import MEMORY_MD, NOTE_MD, index_agents, make_workspace, serve_process, write_config
 from tests.test_gateway_openclaw_cli import client  # noqa: F401 - the fixture: (node, openclaw.mjs) or a skip
 
 PLUGIN = ROOT / "openclaw_plugin"
@@ -261,13 +262,16 @@ const deadline = Date.now() + 60000;
 let acquired;
 do {  // until the plugin has decided (not "starting"): polled, with a deadline
   acquired = await reg.capability.runtime.getMemorySearchManager({cfg: config, agentId: "main", purpose: "status"});
-  if (acquired.error && !/is starting|not running/.test(acquired.error)) break;
+  if (acquired.manager || !/is starting|not running/.test(acquired.error)) break;
   await new Promise((r) => setTimeout(r, 100));
 } while (Date.now() < deadline);
-const search = await reg.tools.memory_search.execute("t1", {query: "coffee"});
+const search = await reg.tools.memory_search.execute("t1", {query: "AeroPress"});
 const get = await reg.tools.memory_get.execute("t2", {path: "MEMORY.md"});
+const hits = acquired.manager ? await acquired.manager.search("AeroPress", {maxResults: 3}) : null;
+const status = acquired.manager ? acquired.manager.status() : null;
 await reg.services[0].stop();
-console.log(JSON.stringify({error: acquired.error, manager: acquired.manager, search: search.details,
+console.log(JSON.stringify({error: acquired.error, manager: acquired.manager ? Object.keys(acquired.manager).sort() : null,
+                            hits, status, search: search.details,
                             get: get.details, logs: reg.logs}));
 """
 
@@ -330,6 +334,20 @@ def run_harness(client, tmp_path, plugin_config: dict) -> dict:
 
 INSTALL_FIX = ("install memory-core (pip install memory-core), then run `memory-core plugin install` (or set "
                "plugins.entries.memory-core-py.config.command to the memory-core command)")
+
+
+def test_url_and_token_connect_to_a_shared_memory_core_serve(client, tmp_path):
+    cfg = write_config(tmp_path, make_workspace(tmp_path, "shared-ws"))
+    index_agents(cfg)  # a shared server that has been running: its index is built
+    with serve_process(cfg) as url:
+        out = run_harness(client, tmp_path, {"url": url, "token": TOKEN_SERVE})
+    assert out["manager"] == ["close", "probeEmbeddingAvailability", "probeVectorAvailability", "readFile", "search",
+                              "status", "sync"]
+    assert [(h["path"], h["startLine"]) for h in out["hits"]] == [("MEMORY.md", 1)]
+    assert (out["status"]["backend"], out["status"]["provider"], out["status"]["custom"]["searchMode"],
+            out["status"]["custom"]["memoryCore"]["health"]) == ("memory-core", "none", "fts-only", "ready")
+    assert [r["citation"] for r in out["search"]["results"]] == ["MEMORY.md#L1-L4"]
+    assert out["get"]["status"] == "ok" and out["get"]["text"].startswith("# Memory")
 
 
 def assert_unavailable_tools(out: dict) -> None:
