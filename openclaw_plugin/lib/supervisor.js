@@ -11,7 +11,9 @@ import path from "node:path";
 import { GatewayClient } from "./gateway-client.js";
 
 const LISTENING = /memory-core gateway listening on (ws:\/\/\S+)/;
-const IN_SYNC = /memory-core: agent (\S+): in sync/;
+// an agent is settled when its startup sync is done, or when it cannot be opened at all (its own
+// requests then answer that error; the other agents are served)
+const SETTLED = /memory-core: agent (\S+): (?:in sync|cannot open)/;
 const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000, 30000];
 // the methods this plugin calls: a memory-core without them is too old for it
 export const REQUIRED_METHODS = ["memory.search", "doctor.memory.status", "tools.invoke"];
@@ -150,7 +152,7 @@ export class MemoryCoreSupervisor {
       }
     });
     lines(child.stderr, (line) => {
-      const m = IN_SYNC.exec(line);
+      const m = SETTLED.exec(line);
       if (m) {
         synced.add(m[1]);
         this.log.info(`${line} (${Date.now() - startedAt} ms after start)`);
