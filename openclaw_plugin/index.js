@@ -246,6 +246,7 @@ export default {
       memoryConfig: memoryCoreConfig(cfg0, resolveWorkspace, dir),
       agentIds: agentEntries(cfg0).map((a) => a.id.trim().toLowerCase()),
       startTimeoutMs: Number(pluginConfig.startTimeoutMs) > 0 ? Number(pluginConfig.startTimeoutMs) : DEFAULT_START_TIMEOUT_MS,
+      restartDelayMs: Number(pluginConfig.restartDelayMs) > 0 ? Number(pluginConfig.restartDelayMs) : 1000,
     }, log);
     const startProblem = supervisor.settings.url ? null : commandProblem(supervisor.settings.command);
     if (startProblem) log.warn(`memory-core-py: ${startProblem}; ${INSTALL_FIX}`);

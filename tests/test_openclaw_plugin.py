@@ -135,6 +135,9 @@ def host(client, tmp_path_factory):
     oc.configure(ws)
     installed = oc.install_plugin()
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    # a 5 s first restart delay (default 1 s) leaves the test time to see the failure before the recovery
+    done = oc.openclaw("config", "set", "plugins.entries.memory-core-py.config.restartDelayMs", "5000", "--strict-json")
+    assert done.returncode == 0, done.stderr
     oc.start()
     try:
         oc.wait_logged(r"memory-core: ready \(memory-core-", timeout=300)

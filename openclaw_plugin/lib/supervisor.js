@@ -14,14 +14,14 @@ const LISTENING = /memory-core gateway listening on (ws:\/\/\S+)/;
 // an agent is settled when its startup sync is done, or when it cannot be opened at all (its own
 // requests then answer that error; the other agents are served)
 const SETTLED = /memory-core: agent (\S+): (?:in sync|cannot open)/;
-const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000, 30000];
+const MAX_BACKOFF_MS = 30000;
 // the methods this plugin calls: a memory-core without them is too old for it
 export const REQUIRED_METHODS = ["memory.search", "doctor.memory.status", "tools.invoke"];
 
 export class MemoryCoreSupervisor {
   /**
    * settings: {command: string[], env: {}, url?, token?, configPath, memoryConfig, agentIds,
-   * startTimeoutMs, pluginId}; log: {info, warn, error}.
+   * startTimeoutMs, restartDelayMs}; log: {info, warn, error}.
    */
   constructor(settings, log) {
     this.settings = settings;
@@ -91,7 +91,8 @@ export class MemoryCoreSupervisor {
 
   _scheduleRestart() {
     if (this._timer || this.stopping) return;
-    const delay = BACKOFF_MS[Math.min(this.restarts, BACKOFF_MS.length - 1)];
+    // restartDelayMs (default 1 s), doubling per failed start, at most 30 s
+    const delay = Math.min(MAX_BACKOFF_MS, (this.settings.restartDelayMs ?? 1000) * 2 ** Math.min(this.restarts, 10));
     this.restarts += 1;
     this._timer = setTimeout(() => {
       this._timer = null;
