@@ -78,6 +78,7 @@ console.log(JSON.stringify(out));
 """
 
 
+@pytest.mark.node
 def test_the_plugins_prompt_section_and_flush_plan_are_memory_cores(client, tmp_path):
     """What the host reads synchronously is computed in JS; it must equal memory-core's Python twin."""
     from memory_core.config import load_config
@@ -339,6 +340,7 @@ INSTALL_FIX = ("install memory-core (pip install memory-core), then run `memory-
                "plugins.entries.memory-core-py.config.command to the memory-core command)")
 
 
+@pytest.mark.node
 def test_url_and_token_connect_to_a_shared_memory_core_serve(client, tmp_path):
     cfg = write_config(tmp_path, make_workspace(tmp_path, "shared-ws"))
     index_agents(cfg)  # a shared server that has been running: its index is built
@@ -361,6 +363,7 @@ def assert_unavailable_tools(out: dict) -> None:
     assert "Traceback" not in json.dumps(out)
 
 
+@pytest.mark.node
 def test_memory_core_not_installed_is_named_with_its_fix(client, tmp_path):
     out = run_harness(client, tmp_path, {"command": [str(tmp_path / "no-such-memory-core")]})
     missing = tmp_path / "no-such-memory-core"
@@ -369,6 +372,7 @@ def test_memory_core_not_installed_is_named_with_its_fix(client, tmp_path):
     assert_unavailable_tools(out)
 
 
+@pytest.mark.node
 def test_a_child_that_fails_to_start_is_named_with_its_error(client, tmp_path):
     failing = [sys.executable, "-c", "import sys; print('error: config file x.toml: bad key', file=sys.stderr); "
                                      "sys.exit(2)"]
@@ -379,6 +383,7 @@ def test_a_child_that_fails_to_start_is_named_with_its_error(client, tmp_path):
     assert_unavailable_tools(out)
 
 
+@pytest.mark.node
 def test_a_memory_core_too_old_for_the_plugin_is_named_with_the_upgrade(client, tmp_path):
     with OldServer() as old:
         out = run_harness(client, tmp_path, {"url": old.url, "token": "t" * 20})
@@ -396,6 +401,7 @@ console.log(JSON.stringify(memoryCoreConfig(cfg, resolve, dir)));
 """
 
 
+@pytest.mark.node
 def test_the_child_serves_every_agent_of_the_hosts_config(client, tmp_path):
     """The config the plugin writes names each agents.list entry with its workspace and the host's
     memorySearch settings, and memory-core reads it as those agents."""
