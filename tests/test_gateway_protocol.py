@@ -90,7 +90,7 @@ def test_challenge_then_hello_ok_lists_the_memory_methods(service):
     assert challenge["payload"]["capabilities"] == []
     assert hello["type"] == "hello-ok" and hello["protocol"] == 4
     assert hello["features"] == {"methods": ["doctor.memory.status", "memory.flushPlan", "memory.get", "memory.search",
-                                             "memory.status"], "events": [], "capabilities": []}
+                                             "memory.status", "tools.invoke"], "events": [], "capabilities": []}
     assert hello["auth"] == {"method": "token", "role": "operator", "scopes": ["operator.read"]}
     assert hello["policy"] == {"maxPayload": 26214400, "maxBufferedBytes": 52428800, "tickIntervalMs": 30000}
 

@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "gateway": "benchmarks.bench_gateway",
     "freshness": "benchmarks.bench_freshness",
     "cli": "benchmarks.bench_cli",  # start-up of one-shot commands
+    "host": "benchmarks.bench_host",  # through a real OpenClaw gateway: the plugin vs its own Memory Core
 }
 
 

@@ -70,6 +70,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
                 pass
+        if args.exit_on_stdin_eof:
+            # a supervisor (the OpenClaw plugin) holds our stdin: when it dies, even by SIGKILL, the
+            # pipe closes and this server stops instead of living on as an orphan
+            threading.Thread(target=_wait_stdin_eof, args=(loop, stop), name="memory-core-lifeline",
+                             daemon=True).start()
         await run_gateway(service, auth=auth, host=host, port=port, on_ready=ready, stop=stop)
 
     try:
@@ -84,6 +89,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         service.close()
     return 0
+
+
+def _wait_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    loop.call_soon_threadsafe(stop.set)
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
@@ -112,6 +126,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="connect authentication (default: gateway.auth, token); none only on loopback")
     p.add_argument("--token", default=None, help="gateway token (prefer MEMORY_CORE_GATEWAY_TOKEN: argv is visible)")
     p.add_argument("--password", default=None, help="gateway password (prefer MEMORY_CORE_GATEWAY_PASSWORD)")
+    p.add_argument("--exit-on-stdin-eof", action="store_true",
+                   help="stop when stdin closes (for a supervising process such as the OpenClaw plugin)")
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser(

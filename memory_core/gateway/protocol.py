@@ -37,8 +37,10 @@ READ_SCOPE = "operator.read"
 WRITE_SCOPE = "operator.write"
 ADMIN_SCOPE = "operator.admin"
 
-# The method-scope table: every served method is an operator.read method (provider-runtime §4.2).
+# The method-scope table: the memory methods are operator.read methods (provider-runtime §4.2);
+# ``tools.invoke`` (the agent tools memory_search / memory_get) is operator.write, as in 2026.9.6.
 METHOD_SCOPES: dict[str, str] = {
+    "tools.invoke": WRITE_SCOPE,
     "memory.search": READ_SCOPE,
     "memory.get": READ_SCOPE,
     "memory.status": READ_SCOPE,

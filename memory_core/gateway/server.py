@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import math
 import os
@@ -137,6 +138,54 @@ def resolve_auth(
     return p.AuthSettings("token", secret)
 
 
+class AgentTools:
+    """``tools.invoke`` for ``memory_search`` / ``memory_get``: memory-core's agent tools over the
+    service's engines, answering in the 2026.9.6 host's shapes (:meth:`MemoryTools.host_search`,
+    :meth:`MemoryTools.host_get`) wrapped as its ``tools.invoke`` result. Bad arguments are
+    ``INVALID_REQUEST`` naming the argument; the tools themselves never raise a traceback."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+        self._tools: dict[str, Any] = {}
+
+    def _for(self, agent_id: str) -> Any:
+        from memory_core.tools import MemoryTools
+
+        tools = self._tools.get(agent_id)
+        if tools is None:
+            cfg = self.service.runtime.agent_config(agent_id)
+            tools = self._tools[agent_id] = MemoryTools(cfg, core_factory=lambda: self.service.core(agent_id))
+        return tools
+
+    async def __call__(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
+        from memory_core.tools import ToolArgumentError
+
+        name = params.get("name")
+        if name not in ("memory_search", "memory_get"):
+            raise p.invalid_request(f"unknown tool {json.dumps(name)}: memory-core serves memory_search and memory_get")
+        args = params.get("args", {})
+        if not isinstance(args, dict):
+            raise p.invalid_request("args must be an object")
+        session_key = params.get("sessionKey")
+        session_key = session_key if isinstance(session_key, str) else None
+        agent_id = self.service.agents.resolve_v2(params)
+        tools = self._for(agent_id)
+        run = tools.host_search if name == "memory_search" else tools.host_get
+        try:
+            details = await asyncio.to_thread(run, args, session_key=session_key)
+        except ToolArgumentError as exc:
+            raise p.invalid_request(str(exc)) from exc
+        scope.assert_current()
+        text = json.dumps(details, ensure_ascii=False, indent=2)
+        return {"ok": True, "toolName": name, "output": {"content": [{"type": "text", "text": text}],
+                                                         "details": details}, "source": "plugin"}
+
+    def close(self) -> None:
+        for tools in self._tools.values():
+            tools.close()
+        self._tools.clear()
+
+
 class GatewayServer:
     """Serves the memory methods of one :class:`MemoryService` over protocol 4."""
 
@@ -158,6 +207,8 @@ class GatewayServer:
         ``gateway.maxConnections`` and ``gateway.idleTimeoutSeconds``."""
         self.service = service
         self.methods = MemoryMethods(service)
+        self.tools = AgentTools(service)
+        self.methods.handlers["tools.invoke"] = self.tools
         self.auth = auth
         self.host = host
         self.port = port
@@ -199,6 +250,7 @@ class GatewayServer:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        self.tools.close()
 
     async def __aenter__(self) -> GatewayServer:
         await self.start()
