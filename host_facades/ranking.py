@@ -95,6 +95,7 @@ class Candidate:
     source_mtime: float | None = None
     hash: str | None = None      # the chunk's content hash (the v2 reference's revision)
     extra: dict[str, Any] = field(default_factory=dict)
+    row: dict[str, Any] | None = None  # the chunk's stored row (attach_metadata): a hit field's fallback
 
     @property
     def key(self) -> str:
@@ -687,6 +688,7 @@ def attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> 
         c.provenance = provenance_of(m)
         c.source_mtime = m.get("source_mtime")
         c.hash = m.get("hash")
+        c.row = m
         out.append(c)
     return out
 

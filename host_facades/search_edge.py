@@ -3,8 +3,8 @@
 Both are frozen dataclasses of plain values, tuples and numpy arrays, so they pickle into and
 out of a worker (``workers.tasks`` task ``search``) and are passed as they are in-process: the
 owner (``memory_core.search.engine``) builds the request, :func:`host_facades.search_run.run_search`
-answers it, and the owner turns the reply's hit rows into ``SearchHit`` objects in one function
-(``memory_core.search.types.hits_from_reply``).
+answers it, and the owner turns the reply's hit rows (``host_facades.hit.hit_row``) back into
+``SearchHit`` objects (``host_facades.hit.hit_from_row``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from host_facades.ranking import Candidate, RankingOptions, citation_for
+from host_facades.ranking import RankingOptions
 from host_facades.vectors import decode_vector, encode_vector
 
-# The fields of ``memory_core.search.types.SearchHit``, in its order: a hit row is one value per name.
-HIT_FIELDS = ("id", "path", "start_line", "end_line", "score", "snippet", "source", "vector_score", "text_score",
-              "citation", "importance", "triggers", "project_key", "provenance", "source_mtime", "hash")
 DEFAULT_RANKING = RankingOptions()
 T = TypeVar("T")
 
@@ -71,7 +68,7 @@ class SearchReply:
     """The answer to a :class:`SearchRequest` on one index generation (``revision``).
 
     ``mode``: ``"hybrid"``, ``"keyword"``, ``"vector"`` or ``"empty"``; ``hits``: the selected hits
-    as rows of :data:`HIT_FIELDS` (snippets, no chunk text); ``empty_index``: the index has no
+    as rows of ``host_facades.hit.HIT_FIELDS`` (snippets, no chunk text); ``empty_index``: the index has no
     chunks (only with ``probe_content``). With ``details``: ``keyword`` (the FTS step: query,
     probes, candidate dicts), ``vector`` (candidate dicts), ``ranked`` (each candidate's score
     parts, in ranked order) and ``timings_ms``."""
@@ -142,11 +139,3 @@ def frozen_new(cls: type[T], values: dict[str, Any]) -> T:
 _new = object.__new__
 _set_attr = object.__setattr__
 
-
-def hit_row(c: Candidate, *, vector_mode: bool) -> tuple[Any, ...]:
-    """A selected candidate as a row of :data:`HIT_FIELDS` (``vector_score`` None outside the
-    vector and hybrid modes)."""
-    return (c.id, c.path, c.start_line, c.end_line, float(c.score), c.snippet, c.source,
-            float(c.vector_score) if vector_mode else None, float(c.text_score),
-            citation_for(c.path, c.start_line, c.end_line), c.importance, c.triggers, c.project_key, c.provenance,
-            c.source_mtime, c.hash)

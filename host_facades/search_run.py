@@ -25,7 +25,8 @@ import numpy as np
 
 from host_facades import fts_search, ranking, vector_search
 from host_facades.chunk_rows import read_chunks
-from host_facades.search_edge import SearchReply, SearchRequest, hit_row
+from host_facades.hit import hit_row
+from host_facades.search_edge import SearchReply, SearchRequest
 
 VectorStateFn = Callable[[apsw.Connection, Any], Any]
 

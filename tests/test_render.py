@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
+from host_facades.hit import surface_fields
 from host_facades.ranking import citation_for, project_keys_of, project_multiplier
 from memory_core.host.legacy import MemorySearchResult, convert_legacy_hit
 from memory_core.provider.runtime import project_admits
@@ -32,7 +33,7 @@ def test_wire_is_every_field_but_hash_in_field_order() -> None:
         "projectKey": "github.com/acme/rocket; github.com/acme/infra", "provenance": PROVENANCE,
         "sourceMtime": 1794830400.0})
     assert HIT.to_dict() == render.wire(HIT)
-    assert [name for name, _ in render._WIRE] == [f.name for f in fields(SearchHit) if f.name != "hash"]
+    assert [name for name, _ in surface_fields("wire")] == [f.name for f in fields(SearchHit) if f.name != "hash"]
 
 
 def test_wire_omits_none_and_copies_provenance() -> None:

@@ -265,7 +265,8 @@ def test_hits_from_reply_builds_the_same_hit_as_the_constructor():
     import dataclasses
 
     from host_facades.ranking import Candidate
-    from host_facades.search_edge import HIT_FIELDS, SearchReply, hit_row
+    from host_facades.hit import HIT_FIELDS, hit_row
+    from host_facades.search_edge import SearchReply
     from memory_core.search.types import SearchHit, hits_from_reply
 
     c = Candidate(id="c1", path="memory/a.md", source="memory", start_line=3, end_line=5, snippet="snippet",

@@ -26,7 +26,8 @@ import apsw
 import numpy as np
 
 from host_facades import fts_query, ranking
-from host_facades.search_edge import SearchReply, SearchRequest, frozen_new, hit_row
+from host_facades.hit import hit_row
+from host_facades.search_edge import SearchReply, SearchRequest, frozen_new
 from host_facades.search_run import run_search
 from host_facades.sqlite_read import read_snapshot
 from host_facades.vector_cache import process_state

@@ -7,8 +7,8 @@
 - :func:`provider_hit`: gateway v2 / the provider contract's ``MemorySearchHit``;
 - :func:`cli_text`: ``memory-core search``'s human output.
 
-Pure: no I/O. A hit is taken by its attributes (this module sits below ``search.types`` so that
-``SearchHit.to_dict`` can call it). Citations come from ``host_facades.ranking.citation_for`` and
+Pure: no I/O. A hit is taken by its attributes; the dict surfaces' field tables are derived from
+the one declaration, ``host_facades/hit.py``. Citations come from ``host_facades.ranking.citation_for`` and
 project keys from ``host_facades.ranking.project_keys_of``, the one formatter and splitter.
 """
 
@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from host_facades.hit import surface_dict, surface_fields
 from host_facades.ranking import citation_for, project_keys_of
 from memory_core.output import escape_control
 from memory_core.provider.types import AutomaticRecall, MemoryCitation, MemoryReference, MemorySearchHit
@@ -26,45 +27,24 @@ from memory_core.search.snippets import render_snippet
 
 INVALID_PROJECT_KEY = "!invalid-project-annotation"
 
-# SearchHit attribute -> wire key, in SearchHit field order (``hash`` is not on the v1 wire)
-_WIRE = (("id", "id"), ("path", "path"), ("start_line", "startLine"), ("end_line", "endLine"), ("score", "score"),
-         ("snippet", "snippet"), ("source", "source"), ("vector_score", "vectorScore"),
-         ("text_score", "textScore"), ("citation", "citation"), ("importance", "importance"),
-         ("triggers", "triggers"), ("project_key", "projectKey"), ("provenance", "provenance"),
-         ("source_mtime", "sourceMtime"))
-_LEGACY = tuple(pair for pair in _WIRE if pair[1] not in ("id", "sourceMtime"))
-_V1 = tuple(pair for pair in _LEGACY if pair[1] != "citation")
-_V1_DROPPED = ("id", "sourceMtime", "citation")
-_PROVENANCE_KEYS = {"origin_class": "originClass", "session_kind": "sessionKind", "observed_at": "observedAt",
-                    "supersedes_key": "supersedesKey"}
-
-
-def _fields(hit: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, key in pairs:
-        value = getattr(hit, name)
-        if value is None:
-            continue
-        if name == "provenance":  # a fresh dict: the caller may mutate the wire form
-            value = {_PROVENANCE_KEYS.get(k, k): v for k, v in value.items()}
-        out[key] = value
-    return out
+# what v1 drops of a legacy manager's MemorySearchResult dict: the wire keys the v1 table lacks
+_V1_DROPPED = frozenset(key for _, key in surface_fields("wire")) - {key for _, key in surface_fields("v1")}
 
 
 def wire(hit: Any) -> dict[str, Any]:
     """camelCase wire form of a hit (upstream ``MemorySearchResult`` plus ``id`` and ``sourceMtime``),
     None fields omitted."""
-    return _fields(hit, _WIRE)
+    return surface_dict(hit, "wire")
 
 
 def legacy_result(hit: Any) -> dict[str, Any]:
     """The legacy ``MemorySearchResult`` dict (provider-runtime.md §3.2): no internal id or mtime."""
-    return _fields(hit, _LEGACY)
+    return surface_dict(hit, "legacy")
 
 
 def v1_result(hit: Any) -> dict[str, Any]:
     """One gateway v1 ``results[]`` entry (the 2026.9.6 shape): the legacy result without ``citation``."""
-    return _fields(hit, _V1)
+    return surface_dict(hit, "v1")
 
 
 def v1_result_of_legacy(result: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +65,7 @@ def strip_memory_annotation_carriers(text: str) -> str:
 def mcp_result(hit: Any, *, cite: bool) -> dict[str, Any]:
     """The MCP ``memory_search`` entry: the legacy result with annotation carriers stripped from the
     snippet and a ``corpus``; with ``cite``, the citation last and a ``Source:`` line in the snippet."""
-    data = _fields(hit, _V1)
+    data = surface_dict(hit, "v1")
     data["corpus"] = data.get("source", "memory")
     snippet = strip_memory_annotation_carriers(data["snippet"])
     if cite:
