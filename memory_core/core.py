@@ -104,7 +104,6 @@ class MemoryCore:
         self._engine: Any = None
         self._fallback_engine: Any = None
         self._retriever: Any = _UNSET
-        self._cursor_pins: Any = None
         self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
         from memory_core.store.reader import CachedReader
 
@@ -537,18 +536,6 @@ class MemoryCore:
 
                 self._retriever = make_retriever(self.config, self.db_path)
             return self._retriever
-
-    @property
-    def cursor_pins(self) -> Any:
-        """Pagination-cursor pins sharing the retriever's generation leases (TTL ``pool.cursor_ttl_s``)."""
-        with self._lock:
-            if self._cursor_pins is None:
-                from memory_core.generations import CursorPins, GenerationLeases
-
-                retriever = self.retriever
-                leases = retriever.leases if retriever is not None else GenerationLeases()
-                self._cursor_pins = CursorPins(leases, ttl_s=self.config.pool.cursor_ttl_s)
-            return self._cursor_pins
 
     @property
     def search_engine(self) -> Any:

@@ -89,12 +89,6 @@ class ProviderUnavailable(MemoryCoreError):
     code = "unavailable"
 
 
-class SessionForgotten(MemoryCoreError):
-    """The session was forgotten; its tombstone refuses any re-publication."""
-
-    code = "forgotten"
-
-
 class ForgetRefused(MemoryCoreError):
     """Memory files are edited, not forgotten: the request named a memory file."""
 

@@ -12,7 +12,6 @@ import atexit
 import threading
 from typing import Any
 
-from memory_core.generations import CursorPins
 from workers.pool import INDEXING_MAX_PENDING_BYTES, WorkerPool
 from workers.retriever import PooledRetriever
 
@@ -56,16 +55,6 @@ def make_retriever(cfg: Any, db_path: str) -> PooledRetriever | None:
     if pools is None:
         return None
     return PooledRetriever(db_path, pools["retrieval"], timeout_s=cfg.pool.task_timeout_s)
-
-
-def retriever_for(core: Any) -> PooledRetriever | None:
-    """The core's :class:`PooledRetriever`, or None for in-process search."""
-    return core.retriever
-
-
-def cursor_pins_for(core: Any) -> CursorPins:
-    """Pagination-cursor pins sharing the core's generation leases (TTL = ``pool.cursor_ttl_s``)."""
-    return core.cursor_pins
 
 
 def close_all() -> None:

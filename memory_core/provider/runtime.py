@@ -663,27 +663,3 @@ def _db_identity(db_path: str) -> str | None:
         return db_identity(db_path)
     except OSError:
         return None
-
-
-# --- factory for hosts (gateway) ---------------------------------------------------------------
-
-_RUNTIMES: dict[int, MemoryCoreProviderRuntime] = {}
-
-
-def runtime_for(config: Any) -> MemoryCoreProviderRuntime:
-    """One shared runtime per config object (engines and cursor pins are shared across leases)."""
-    runtime = _RUNTIMES.get(id(config))
-    if runtime is None or runtime.config is not config:
-        runtime = MemoryCoreProviderRuntime(config)
-        _RUNTIMES[id(config)] = runtime
-    return runtime
-
-
-async def open_memory_core_provider(config: Any, agent_id: str, context: MemoryCallerContext,
-                                    purpose: str | None = None) -> MemoryProviderOpenResult:
-    """Open a *host-bound* memory-core lease: host checks (§2) around the native runtime."""
-    from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
-
-    host = MemoryHost(MemoryCapabilityRegistration(plugin_id=PROVIDER_ID, provider_runtime=runtime_for(config)))
-    return await host.open(MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose,
-                                                    cfg=config))

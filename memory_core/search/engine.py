@@ -161,9 +161,9 @@ class SearchEngine:
     """Search over one agent database. ``provider`` None means keyword-only (FTS-only) unless the
     configuration names a provider, in which case search fails closed (D4).
 
-    Hooks (all optional): ``identity_check()`` returns a list of mismatched identity keys (or
-    raises IndexPaused); ``on_empty_index()`` runs the forced sync when the index has no chunks;
-    ``now_ms()`` is the clock temporal decay uses.
+    Hooks (both optional): ``identity_check()`` returns a list of mismatched identity keys (or
+    raises IndexPaused); ``now_ms()`` is the clock temporal decay uses. An empty index answers no
+    hits (the owner's ``before_search`` bootstraps it first).
     """
 
     def __init__(
@@ -173,7 +173,6 @@ class SearchEngine:
         provider: Any = None,
         *,
         identity_check: Callable[[], Any] | None = None,
-        on_empty_index: Callable[[], Any] | None = None,
         now_ms: Callable[[], float] | None = None,
         retriever: Any = None,
     ) -> None:
@@ -184,7 +183,6 @@ class SearchEngine:
         self.db_path = db_path or self.config.db_path()
         self.provider = provider
         self.identity_check = identity_check
-        self.on_empty_index = on_empty_index
         self._now_ms = now_ms  # None: the wall clock (read inline in _request)
         # memory-core's OR probe in the conversational fallback (fts_search.keyword_search_with_fallback);
         # False reproduces upstream's per-keyword probes only (benchmarks compare both).
@@ -391,11 +389,7 @@ class SearchEngine:
                                        active_project_keys=active_project_keys, details=details,
                                        candidates_for=candidates_for)
         with self._lock:
-            has_content = self._has_content()
-            if not has_content and self.on_empty_index is not None:
-                self.on_empty_index()
-                has_content = self._has_content()
-            if not has_content:
+            if not self._has_content():
                 return None
             self._check_identity()
             t0 = time.perf_counter()
@@ -413,8 +407,8 @@ class SearchEngine:
             return req, reply, t0
 
     def _identity_or_empty(self) -> bool:
-        """Pooled searches: the identity check, but (as in-process) an empty index is not paused:
-        it gets the bootstrap sync first. False = answer empty."""
+        """Pooled searches: the identity check, but (as in-process) an empty index is not paused
+        but answers empty (False)."""
         try:
             self._check_identity()
             return True
@@ -422,13 +416,7 @@ class SearchEngine:
             with self._lock:
                 if self._has_content():
                     raise
-                if self.on_empty_index is None:
-                    return False
-                self.on_empty_index()
-                if not self._has_content():
-                    return False
-            self._check_identity()
-            return True
+            return False
 
     def _search_pooled(self, st: _Settings, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
@@ -444,13 +432,7 @@ class SearchEngine:
                             candidates_for=candidates_for, settings=st)
         reply = self.retriever.run_search(req)
         if reply.empty_index:
-            if self.on_empty_index is None:
-                return None
-            with self._lock:
-                self.on_empty_index()
-            reply = self.retriever.run_search(req)
-            if reply.empty_index:
-                return None
+            return None
         return req, reply, t0
 
     def _query_vector(self, q: str, query_vector: Sequence[float] | None) -> np.ndarray:
