@@ -569,16 +569,6 @@ class MemoryCore:
         ident = self.identity_state()
         return ident["mismatch"] if ident["state"] == "mismatch" else None
 
-    def search_with_details(self, query: str, **kwargs: Any) -> Any:
-        """:meth:`before_search` then the engine's detailed search (the provider runtime's v2
-        search): its :class:`~memory_core.search.engine.SearchDetails`, with the search's ``staleness``."""
-        self._check_open()
-        with index_errors(self.db_path):
-            stale = self.before_search() if isinstance(query, str) and query.strip() else None
-            details = self.search_engine.search_with_details(query, **kwargs)
-            details.staleness = stale
-            return details
-
     def check_readable(self) -> None:
         """Raise the typed error when the index cannot be searched at all: the file is no readable
         database, or there is none and none can be built (the state dir is not writable)."""
@@ -603,36 +593,51 @@ class MemoryCore:
     # ------------------------------------------------------------------ search / get (memory_core/search/)
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                sources: Sequence[str] | None = None, lexical_only: bool = False,
-               active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> SearchResults:
-        """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the
-        SearchEngine. The hits come back as a list that also carries this search's ``staleness``."""
+               active_project_keys: Sequence[str] | None = None, query_vector: Any = None,
+               details: bool = False, candidates_for: int | None = None,
+               on_embedding: Any = None, sync_if_empty: bool = False,
+               keyword_fallback: bool = False) -> SearchResults:
+        """The one search verb of every surface: ``before_search`` (bootstrap / dirty sync), then the
+        engine's search (``SearchEngine.search``: it validates the limits and embeds the query). Its
+        :class:`SearchResults` carry the hits, the revision, this search's ``staleness`` and, with
+        ``details``, what ``--explain`` shows. ``sync_if_empty``: no hits run one sync and the search
+        again (upstream's tool). ``keyword_fallback``: a deadline's answer, keyword-only on a second
+        in-process engine that never waits on a search in flight, without the freshness step."""
         self._check_open()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
+        if keyword_fallback:
+            with index_errors(self.db_path):
+                return self.fallback_engine.search(query, max_results=max_results, min_score=min_score,
+                                                   sources=sources, lexical_only=True)
+        result = self._search(query, max_results=max_results, min_score=min_score, sources=sources,
+                              lexical_only=lexical_only, active_project_keys=active_project_keys,
+                              query_vector=query_vector, details=details, candidates_for=candidates_for,
+                              on_embedding=on_embedding)
+        if sync_if_empty and not result:
+            self.sync(reason="search")
+            result = self._search(query, max_results=max_results, min_score=min_score, sources=sources,
+                                  lexical_only=lexical_only, active_project_keys=active_project_keys,
+                                  query_vector=query_vector, details=details, candidates_for=candidates_for,
+                                  on_embedding=on_embedding)
+        return result
+
+    def _search(self, query: str, **kwargs: Any) -> SearchResults:
         with index_errors(self.db_path):
             stale = None
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
                 stale = self.before_search()
-            hits = self.search_engine.search(
-                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector)
-            return SearchResults(hits, stale)
+            result = self.search_engine.search(query, **kwargs)
+            result.staleness = stale
+            if result.details is not None:
+                result.details.staleness = stale
+            return result
 
-    def explain(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-                sources: Sequence[str] | None = None, lexical_only: bool = False,
-                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> Any:
-        """The explain twin of :meth:`search` (same arguments, same search): its
-        :class:`~memory_core.search.engine.SearchDetails`, with the hits, the FTS plan, the candidates
-        per retriever, each candidate's score parts and the search's ``staleness``; ``.to_dict()`` is
-        what ``memory-core search --explain --json`` prints."""
-        self._check_open()
-        check_search(self.config, query, max_results, min_score)  # before any sync or search work
-        with index_errors(self.db_path):
-            stale = self.before_search() if isinstance(query, str) and query.strip() else None
-            details = self.search_engine.explain(
-                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector)
-            details.staleness = stale
-            return details
+    def explain(self, query: str, **kwargs: Any) -> Any:
+        """:meth:`search` with ``details`` on (same arguments): its
+        :class:`~memory_core.search.engine.SearchDetails` (the hits, the FTS plan, the candidates per
+        retriever, each candidate's score parts, the ``staleness``); ``.to_dict()`` is what
+        ``memory-core search --explain --json`` prints."""
+        return self.search(query, details=True, **kwargs).details
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
             max_chars: int | None = None) -> Any:

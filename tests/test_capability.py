@@ -312,9 +312,11 @@ class BlockingCore:
 
     def __init__(self, real: MemoryCore, release: threading.Event, error: Exception | None = None) -> None:
         self.config, self.db_path, self._release, self._error = real.config, real.db_path, release, error
-        self.fallback_engine = real.fallback_engine  # the owner's keyword engine for the deadline
+        self._real = real
 
     def search(self, *args, **kwargs):
+        if kwargs.get("keyword_fallback"):  # the deadline's keyword answer reads the real index
+            return self._real.search(*args, **kwargs)
         if self._error is not None:
             raise self._error
         self._release.wait(60)

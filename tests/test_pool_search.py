@@ -90,8 +90,8 @@ def test_pooled_search_equals_in_process(workspace, shared_pool):
         inproc, pooled, retriever = engines(core, shared_pool)
         for query, kw in [("rocket release", {}), ("green tea", {"lexical_only": True}),
                           ("changelog", {"sources": ["sessions"]}), ("jenkins", {"sources": ["memory", "sessions"]})]:
-            a = inproc.search_with_details(query, **kw)
-            b = pooled.search_with_details(query, **kw)
+            a = inproc.explain(query, **kw)
+            b = pooled.explain(query, **kw)
             assert b.hits == a.hits and b.mode == a.mode and b.revision == a.revision
             assert b.hits, query
         assert [h.path for h in pooled.search("rocket release", max_results=2)] == ["memory/rocket.md", "sessions/s1.jsonl"]
@@ -160,8 +160,8 @@ class PooledVsInProcess(RuleBasedStateMachine):
           lexical=st.booleans(), sources=st.sampled_from([None, ["memory"], ["sessions"], ["memory", "sessions"]]))
     def search(self, query, lexical, sources):
         q = " ".join(query)
-        a = self.inproc.search_with_details(q, lexical_only=lexical, sources=sources)
-        b = self.pooled.search_with_details(q, lexical_only=lexical, sources=sources)
+        a = self.inproc.explain(q, lexical_only=lexical, sources=sources)
+        b = self.pooled.explain(q, lexical_only=lexical, sources=sources)
         assert (b.mode, b.revision, b.hits) == (a.mode, a.revision, a.hits)
         STATS["searches"] += 1
         STATS["hits"] += len(b.hits)

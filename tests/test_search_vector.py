@@ -137,7 +137,7 @@ def test_hybrid_engine_with_fake_embedder(tmp_path):
     for backend in BACKENDS:
         cfg = MemoryCoreConfig(provider="fake", store={"vector": {"backend": backend}})
         engine = SearchEngine(cfg, db, emb)
-        details = engine.search_with_details("cats purr")
+        details = engine.explain("cats purr")
         assert details.mode == "hybrid"
         assert [h.path for h in details.hits][:1] == ["memory/cats.md"]
         top = details.hits[0]

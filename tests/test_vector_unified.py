@@ -145,7 +145,7 @@ def test_in_process_cache_keeps_only_the_current_generation(tmp_path):
     revisions = []
     for i in range(4):
         hits = engine.search("a", query_vector=[1.0, 0.0])
-        revisions.append(engine.search_with_details("a", query_vector=[1.0, 0.0]).revision)
+        revisions.append(engine.explain("a", query_vector=[1.0, 0.0]).revision)
         assert {h.id for h in hits} >= {"a"}
         assert cached() == [(db_id, revisions[-1], "")]  # current generation only
         add_chunk(w, id=f"n{i}", path=f"memory/n{i}.md", text="n", model="m", vector=[0.6, 0.8], vec_table=False)

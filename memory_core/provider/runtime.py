@@ -457,22 +457,17 @@ class MemoryCoreProvider:
 
         if "sessions" in sources and "sessions" not in cfg.sources:
             notes.append("memory-core: session transcripts are not indexed for this agent")
-        query_vector = await self._embed(query) if not req.lexical_only else None
         core = self._runtime.core(self.agent_id)
-        lexical_only = bool(req.lexical_only) or query_vector is None
         window = result_window(max_results)
-        # the owner's search: its freshness check (an answer that may miss changes says so), its
-        # engine and its pool, as for v1, MCP and the CLI
-        # details=False: the hits and their revision only, no retriever candidates or score parts;
-        # the candidates are those of one page (as v1 ranks them), kept up to the window for the cursors
-        details = await self._io(core.search_with_details, query, max_results=window, min_score=min_score,
-                                 sources=sources, lexical_only=lexical_only,
-                                 active_project_keys=req.active_project_keys or None,
-                                 query_vector=query_vector, details=False, candidates_for=max_results)
-        stale = details.staleness
+        # the owner's one search verb: its freshness check (an answer that may miss changes says so),
+        # the query embedding, its engine and its pool, as for v1, MCP and the CLI; the candidates
+        # are those of one page (as v1 ranks them), kept up to the window for the cursors
+        raw = await self._io(core.search, query, max_results=window, min_score=min_score, sources=sources,
+                             lexical_only=bool(req.lexical_only), active_project_keys=req.active_project_keys or None,
+                             candidates_for=max_results, on_embedding=self._embedded)
+        stale = raw.staleness
         if stale and stale.get("warning"):
             notes.append(f"memory-core: {stale['warning']}")
-        raw = details.hits
         # each hit carries its chunk's hash and recall metadata, read in the search's own snapshot;
         # the admitted window is pinned as SearchHits and rendered a page at a time
         active = req.active_project_keys
@@ -482,7 +477,7 @@ class MemoryCoreProvider:
         next_cursor = None
         if len(hits) > max_results:
             db_id = _db_identity(self._db_path)
-            revision = int(details.revision or 0)
+            revision = int(raw.revision or 0)
             token = self._runtime.pins.pin(db_id, revision, {"hits": hits, "coverage": coverage, "warning": warning})
             next_cursor = self._runtime.codec.encode(token, max_results, search_hash, revision)
         return MemorySearchPage(hits=[provider_hit(h, PROVIDER_ID) for h in hits[:max_results]],
@@ -504,27 +499,16 @@ class MemoryCoreProvider:
         return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=state["coverage"],
                                 warning=state["warning"])
 
-    async def _embed(self, query: str) -> Any:
-        """The query vector, or None for keyword-only; an embedding failure raises (health: degraded)."""
-        core = self._runtime.core(self.agent_id)
-        if str(getattr(core.config, "provider", "none")) == "none":
-            return None
-        try:
-            provider = await self._io(lambda: core.provider)
-            if provider is None:
-                return None
-            from memory_core.embeddings import embed_query
-
-            vector = await race_with_signal(asyncio.to_thread(embed_query, provider, query), self._context.signal)
-        except (AuthorityNotCurrent, Forbidden, Aborted):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any embedding failure: generic error, health degraded
+    def _embedded(self, error: BaseException | None) -> None:
+        """The engine's ``on_embedding`` hook: a failed query embedding is a generic error and marks
+        health degraded (the log keeps the cause); after one, the lease must still be current before
+        the store is read."""
+        if error is not None:
             self._runtime.record_embedding(self.agent_id, ok=False)
-            log.warning("memory-core: query embedding failed for agent %s: %s", self.agent_id, exc)
-            raise ProviderUnavailable(EMBEDDING_FAILED) from exc
+            log.warning("memory-core: query embedding failed for agent %s: %s", self.agent_id, error)
+            raise ProviderUnavailable(EMBEDDING_FAILED) from error
         self._runtime.record_embedding(self.agent_id, ok=True)
         self._check()  # authority may lapse while the query embeds: never read the store then
-        return vector
 
     # --- get -----------------------------------------------------------------------------
 

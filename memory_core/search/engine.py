@@ -19,7 +19,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
@@ -33,7 +33,7 @@ from host_facades.sqlite_read import read_snapshot
 from host_facades.vector_cache import process_state
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
-from memory_core.search.types import SearchHit, hits_from_reply
+from memory_core.search.types import SearchHit, SearchResults, hits_from_reply
 from memory_core.store.access import index_errors, raise_index_error
 from memory_core.store.reader import CachedReader
 from memory_core.validation import search_numbers
@@ -246,29 +246,38 @@ class SearchEngine:
         lexical_only: bool = False,
         active_project_keys: Sequence[str] | None = None,
         query_vector: Sequence[float] | None = None,
-    ) -> list[SearchHit]:
-        """Search the index; ``[]`` for an empty query (spec §6.1). An index file that is not a
-        readable database raises :class:`~memory_core.errors.IndexCorrupt`."""
+        details: bool = False,
+        candidates_for: int | None = None,
+        on_embedding: Callable[[BaseException | None], None] | None = None,
+    ) -> SearchResults:
+        """The one search verb: its :class:`SearchResults` (no hits for a blank query or an empty
+        index). ``details``: also what ``--explain`` shows (``.details``, a :class:`SearchDetails`
+        with the FTS plan, the candidates per retriever and each candidate's score parts).
+        ``candidates_for`` sizes the candidate pool for that many results instead of ``max_results``
+        (the provider's v2 search ranks the candidates of one page and keeps up to ``max_results``
+        of them for its cursors). ``on_embedding(error)`` is called once the query was embedded
+        (``None``) or failed to be (the error, raised after the hook unless the hook raises its
+        own). An index file that is not a readable database raises
+        :class:`~memory_core.errors.IndexCorrupt`."""
         try:
             done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector, details=False,
+                active_project_keys=active_project_keys, query_vector=query_vector, details=details,
+                candidates_for=candidates_for, on_embedding=on_embedding,
             )
         except BaseException as exc:
             raise_index_error(self.db_path, exc)
             raise
-        return [] if done is None else hits_from_reply(done[1])
+        if done is None:
+            return SearchResults(details=SearchDetails(hits=[], mode="empty") if details else None)
+        req, reply, t0 = done
+        hits = hits_from_reply(reply)
+        return SearchResults(hits, mode=reply.mode, revision=reply.revision,
+                             details=self._details(req, reply, t0, hits) if details else None)
 
     def explain(self, query: str, **kwargs: Any) -> SearchDetails:
-        """The explain twin of :meth:`search` (same arguments): the search's :class:`SearchDetails`
-        with the FTS plan (query, SQL, fallback keywords) of its query."""
-        details = self.search_with_details(query, **kwargs)
-        p = details.params
-        if not p.get("query"):
-            return details
-        return replace(details, fts_plan=fts_query.explain_fts(
-            str(p["query"]), tokenizer=str(p.get("tokenizer", "unicode61")), limit=int(p.get("candidates", 24)),
-            sources=p.get("sources")))
+        """:meth:`search` with ``details`` on (same arguments): its :class:`SearchDetails`."""
+        return self.search(query, details=True, **kwargs).details
 
     def _check_identity(self) -> None:
         if self.identity_check is None:
@@ -289,31 +298,6 @@ class SearchEngine:
             return st.defaults
         return _checked_numbers(max_results, min_score, st.max_results, st.min_score)
 
-    def search_with_details(
-        self,
-        query: str,
-        *,
-        max_results: int | None = None,
-        min_score: float | None = None,
-        sources: Sequence[str] | str | None = None,
-        lexical_only: bool = False,
-        active_project_keys: Sequence[str] | None = None,
-        query_vector: Sequence[float] | None = None,
-        details: bool = True,
-        candidates_for: int | None = None,
-    ) -> SearchDetails:
-        """Hits plus the retriever candidates and score parts (``explain``); with ``details=False``
-        only the hits, the mode and the revision they were read at. ``candidates_for`` sizes the
-        candidate pool for that many results instead of ``max_results`` (the provider's v2 search
-        ranks the candidates of one page and keeps up to ``max_results`` of them for its cursors)."""
-        with index_errors(self.db_path):
-            done = self._search(
-                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector, details=details,
-                candidates_for=candidates_for,
-            )
-        return SearchDetails(hits=[], mode="empty") if done is None else self._details(*done)
-
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
                  probe_content: bool, candidates_for: int | None = None,
@@ -333,19 +317,21 @@ class SearchEngine:
             "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
             "probe_content": probe_content, "details": details})
 
-    def _details(self, req: SearchRequest, reply: SearchReply, t0: float) -> SearchDetails:
-        """:class:`SearchDetails` from the reply of a search with ``details``."""
-        hits = hits_from_reply(reply)
+    def _details(self, req: SearchRequest, reply: SearchReply, t0: float, hits: list[SearchHit]) -> SearchDetails:
+        """:class:`SearchDetails` from the reply of a search with ``details``, with the FTS plan
+        (query, SQL, fallback keywords) of its query."""
+        fts_plan = fts_query.explain_fts(req.query, tokenizer=reply.tokenizer, limit=req.candidates,
+                                         sources=req.sources)
         params: dict[str, Any] = {"query": req.query, "candidates": req.candidates, "sources": req.sources,
                                   "tokenizer": reply.tokenizer, "model": req.model, "backend": req.backend,
                                   "or_fallback": req.or_fallback}
         if reply.mode == "empty":
-            return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision)
+            return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision, fts_plan=fts_plan)
         params.update(max_results=req.max_results, min_score=req.min_score, fusion=req.ranking.fusion)
         timings = dict(reply.timings_ms)
         timings["total"] = (time.perf_counter() - t0) * 1000
         return SearchDetails(hits=hits, mode=reply.mode, params=params, keyword=reply.keyword, vector=reply.vector,
-                             ranked=reply.ranked, revision=reply.revision, timings_ms=timings)
+                             ranked=reply.ranked, revision=reply.revision, timings_ms=timings, fts_plan=fts_plan)
 
     def _search(
         self,
@@ -359,6 +345,7 @@ class SearchEngine:
         query_vector: Sequence[float] | None,
         details: bool,
         candidates_for: int | None = None,
+        on_embedding: Callable[[BaseException | None], None] | None = None,
     ) -> tuple[SearchRequest, SearchReply, float] | None:
         """``(request, reply, start time)`` of one search; None when it has nothing to search
         (a blank query, an empty index)."""
@@ -379,15 +366,18 @@ class SearchEngine:
             return None
         provider_name = st.provider
         if self.provider is None and provider_name != "none" and query_vector is None and not lexical_only:
-            raise ProviderUnavailable(
+            missing = ProviderUnavailable(
                 f"Memory search unavailable: embedding provider {provider_name!r} is configured but not available; "
                 "fix the provider settings or set provider = \"none\" for keyword-only search"
             )
+            if on_embedding is not None:
+                on_embedding(missing)
+            raise missing
         want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
         if self.retriever is not None:
             return self._search_pooled(st, q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
                                        active_project_keys=active_project_keys, details=details,
-                                       candidates_for=candidates_for)
+                                       candidates_for=candidates_for, on_embedding=on_embedding)
         with self._lock:
             if not self._has_content():
                 return None
@@ -396,7 +386,7 @@ class SearchEngine:
             conn = self._reader()
             assert conn is not None
             # embed before opening the read transaction: a slow provider must not pin a generation
-            qvec = self._query_vector(q, query_vector) if want_vector else None
+            qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
             req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                                 active_project_keys=active_project_keys, details=details, probe_content=False,
                                 candidates_for=candidates_for, settings=st)
@@ -420,13 +410,15 @@ class SearchEngine:
 
     def _search_pooled(self, st: _Settings, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
-                       details: bool, candidates_for: int | None = None) -> tuple[SearchRequest, SearchReply, float] | None:
+                       details: bool, candidates_for: int | None = None,
+                       on_embedding: Callable[[BaseException | None], None] | None = None,
+                       ) -> tuple[SearchRequest, SearchReply, float] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
         if self.identity_check is not None and not self._identity_or_empty():
             return None
         t0 = time.perf_counter()
-        qvec = self._query_vector(q, query_vector) if want_vector else None
+        qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
         req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                             active_project_keys=active_project_keys, details=details, probe_content=True,
                             candidates_for=candidates_for, settings=st)
@@ -435,8 +427,19 @@ class SearchEngine:
             return None
         return req, reply, t0
 
-    def _query_vector(self, q: str, query_vector: Sequence[float] | None) -> np.ndarray:
-        return np.asarray(query_vector if query_vector is not None else self._embed_query(q), dtype=np.float32)
+    def _query_vector(self, q: str, query_vector: Sequence[float] | None,
+                      on_embedding: Callable[[BaseException | None], None] | None = None) -> np.ndarray:
+        if query_vector is not None:
+            return np.asarray(query_vector, dtype=np.float32)
+        if on_embedding is None:
+            return np.asarray(self._embed_query(q), dtype=np.float32)
+        try:
+            vector = np.asarray(self._embed_query(q), dtype=np.float32)
+        except Exception as exc:
+            on_embedding(exc)
+            raise
+        on_embedding(None)
+        return vector
 
     def _embed_query(self, text: str) -> np.ndarray:
         try:

@@ -18,11 +18,17 @@ def hits_from_reply(reply: SearchReply) -> list[SearchHit]:
 
 
 class SearchResults(list):  # type: ignore[type-arg]
-    """What :meth:`MemoryCore.search` returns: the hits (a list of :class:`SearchHit`) and this
-    search's own staleness report, ``staleness``: upstream's ``{stale, warning, action}`` while the
-    index may miss changes, else None."""
+    """The one result of a search (``SearchEngine.search``, :meth:`MemoryCore.search`): the hits (a
+    list of :class:`SearchHit`), ``mode`` (``hybrid``/``keyword``/``vector``/``empty``), the index
+    ``revision`` they were read at, this search's own ``staleness`` (upstream's ``{stale, warning,
+    action}`` while the index may miss changes, else None) and, when asked for, the ``details``
+    ``--explain`` shows (a ``memory_core.search.engine.SearchDetails``, else None)."""
 
-    def __init__(self, hits: Sequence[SearchHit] = (), staleness: dict[str, Any] | None = None) -> None:
+    def __init__(self, hits: Sequence[SearchHit] = (), staleness: dict[str, Any] | None = None, *,
+                 mode: str = "empty", revision: int | None = None, details: Any = None) -> None:
         super().__init__(hits)
         self.staleness = staleness
+        self.mode = mode
+        self.revision = revision
+        self.details = details
 
