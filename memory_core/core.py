@@ -253,10 +253,7 @@ class MemoryCore:
         """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
         state = self.identity_state()
         if state["state"] == "mismatch":
-            raise IndexPaused(
-                "memory search paused: the index was built with different settings "
-                f"({', '.join(state['mismatch'])} changed); run `memory-core index --force`"
-            )
+            raise IndexPaused.settings_changed(state["mismatch"])
         return state
 
     def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
@@ -335,10 +332,7 @@ class MemoryCore:
             full = True
         elif mismatch:
             if not rebuild_on_mismatch:
-                raise IndexPaused(
-                    "memory index paused: the index was built with different settings "
-                    f"({', '.join(mismatch)} changed); run `memory-core index --force`"
-                )
+                raise IndexPaused.settings_changed(mismatch, doing="index")
             full = True
         else:
             full = False

@@ -58,6 +58,14 @@ class IndexPaused(MemoryCoreError):
 
     code = "index_paused"
 
+    @classmethod
+    def settings_changed(cls, changed: Any, *, doing: str = "search") -> IndexPaused:
+        """The one "paused" error: the index was built before the settings ``changed`` (identity
+        keys) did; ``doing`` is what is paused (``search`` or ``index``)."""
+        keys = ", ".join(map(str, changed)) if isinstance(changed, (list, tuple, set)) else str(changed)
+        return cls(f"memory {doing} paused: the index was built with different settings ({keys}); "
+                   "run `memory-core index --force`")
+
 
 class IndexUnreadable(MemoryCoreError):
     """The index file exists but cannot be opened for reading; the message says why."""

@@ -69,7 +69,7 @@ from memory_core.provider.types import (
 from memory_core.search.render import provider_hit
 from memory_core.search.types import SearchHit
 from memory_core.store.reader import CachedReader
-from memory_core.validation import MAX_SAFE_INTEGER, check_query
+from memory_core.validation import MAX_SAFE_INTEGER, cap_results, check_query
 
 log = logging.getLogger("memory_core.provider")
 
@@ -79,7 +79,6 @@ CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagina
 DISABLED = "Memory is disabled for this agent."
 # Agent tools a host may allow for deep recall (memory_core.capability registers them).
 RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
-MAX_PROVIDER_RESULTS = 50
 RESULT_WINDOW = 200          # at most this many hits are ranked once per search and paged with cursors
 WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
 DEFAULT_CANDIDATES = 48
@@ -637,7 +636,7 @@ def _note_applies(note: str, requested: list[str]) -> bool:
 
 def _clamp_results(value: int | None, default: int) -> int:
     n = default if value is None else int(value)
-    return max(1, min(MAX_PROVIDER_RESULTS, n))
+    return cap_results(n)
 
 
 def _db_identity(db_path: str) -> str | None:

@@ -286,11 +286,7 @@ class SearchEngine:
         if result is None or result is True:
             return
         if result is False or (isinstance(result, (list, tuple, set)) and result):
-            keys = ", ".join(map(str, result)) if isinstance(result, (list, tuple, set)) else "identity"
-            raise IndexPaused(
-                f"memory search paused: the index was built with different settings ({keys}); "
-                "run `memory-core index --force`"
-            )
+            raise IndexPaused.settings_changed(result if result is not False else "identity")
 
     @staticmethod
     def _validate_numbers(st: _Settings, max_results: Any, min_score: Any) -> tuple[int, float]:
