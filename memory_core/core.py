@@ -412,7 +412,7 @@ class MemoryCore:
     def _probe_readonly(self) -> None:
         """Read what a rebuild reads from the live index (meta, source rows) on a read-only connection;
         raises what reading an unreadable file raises."""
-        from host_facades.sqlite_read import open_readonly
+        from host_facades.db.sqlite_read import open_readonly
 
         try:
             conn = open_readonly(self.db_path, load_vec=False)
@@ -566,7 +566,7 @@ class MemoryCore:
     def check_readable(self) -> None:
         """Raise the typed error when the index cannot be searched at all: the file is no readable
         database, or there is none and none can be built (the state dir is not writable)."""
-        from host_facades.sqlite_read import open_readonly
+        from host_facades.db.sqlite_read import open_readonly
         from memory_core.store.reader import file_ident
 
         ident = file_ident(self.db_path)
@@ -727,8 +727,8 @@ class MemoryCore:
         return out
 
     def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
-        from host_facades.sqlite_ext import load_sqlite_vec
-        from host_facades.sqlite_read import CORRUPT_ERRORS, open_readonly
+        from host_facades.db.sqlite_ext import load_sqlite_vec
+        from host_facades.db.sqlite_read import CORRUPT_ERRORS, open_readonly
 
         try:
             conn = open_readonly(self.db_path, load_vec=False)

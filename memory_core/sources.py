@@ -27,8 +27,8 @@ import stat as stat_mod
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from host_facades.chunking import hash_text
-from host_facades.sessions import (
+from host_facades.chunking.pipeline import hash_text
+from host_facades.chunking.transcripts import (
     EMPTY_SESSION_HASH,
     flatten_session_lines,
     is_compaction_checkpoint_name,

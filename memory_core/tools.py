@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 from memory_core.errors import InvalidRequest, MemoryCoreError, redact_paths
-from memory_core.search.render import mcp_result
+from memory_core.surfaces.render import mcp_result
 from memory_core.validation import MAX_SAFE_INTEGER, check_query, is_finite_number, shown
 
 log = logging.getLogger("memory_core.tools")

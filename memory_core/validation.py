@@ -104,7 +104,7 @@ class QueryBudget:
             raise QueryTooLarge(
                 f"query is too long: {chars} characters, the limit is {self.max_chars}; send a shorter "
                 f"query, or raise query.maxChars in the config (MEMORY_CORE_QUERY__MAX_CHARS)")
-        from host_facades.fts_query import word_tokens
+        from host_facades.retrieval.fts_query import word_tokens
 
         terms = len(word_tokens(query))
         if terms > self.max_terms:

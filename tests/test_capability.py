@@ -28,7 +28,7 @@ from memory_core.flush_plan import build_memory_flush_plan
 from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
 from memory_core.manifest import MANIFEST_SCHEMA, build_manifest, load_manifest
 from memory_core.prompt_section import build_prompt_section
-from memory_core.provider.types import MemoryProviderOpenParams
+from memory_core.contract.types import MemoryProviderOpenParams
 from memory_core.tools import MemoryTools
 from tests.gateway_fixtures import ROOT, child_env, make_workspace
 

@@ -1,4 +1,4 @@
-"""A hit's fields are declared once (``host_facades/hit.py``): adding one is one edit plus the goldens.
+"""A hit's fields are declared once (``host_facades/search/hit.py``): adding one is one edit plus the goldens.
 
 The repository is copied, ``SearchHit`` gains ``model: str | None = None`` (a chunk column, so no
 storage change) in the copy, and the copy's keyword golden test is run with
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from host_facades.hit import surface_fields
+from host_facades.search.hit import surface_fields
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,7 +52,7 @@ def test_a_search_hit_field_added_in_one_place_reaches_every_dict_surface(tmp_pa
     shutil.copytree(GOLDEN, copy / "tests" / "golden")
     shutil.copyfile(ROOT / "pyproject.toml", copy / "pyproject.toml")
 
-    hit_py = copy / "host_facades" / "hit.py"
+    hit_py = copy / "host_facades" / "search" / "hit.py"
     source = hit_py.read_text(encoding="utf-8")
     assert source.count(ANCHOR) == 1
     hit_py.write_text(source.replace(ANCHOR, NEW_FIELD + ANCHOR), encoding="utf-8")  # the one edit

@@ -21,7 +21,7 @@ from memory_core.host.enforcement import (
     PluginInstance,
     refresh_memory_provider_with_handoff,
 )
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     AbortSignal,
     HostAuthority,
     MemoryCallerContext,

@@ -23,7 +23,7 @@ from memory_core.gateway.handlers import MemoryMethods, MemoryService, RequestSc
 from memory_core.host.audiences import AudienceRegistry
 from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost, native_owner_v1_refusal
 from memory_core.host.legacy import MemorySearchResult, SessionVisibilityAuthorizer
-from memory_core.provider.types import MemoryProviderOpenParams
+from memory_core.contract.types import MemoryProviderOpenParams
 
 RECORD_HIT = {"reference": {"providerId": "records", "id": "record"}, "excerpt": "a record"}
 

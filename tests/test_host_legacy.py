@@ -13,7 +13,7 @@ from memory_core.errors import ProviderContractError
 from memory_core.host.audiences import AudienceRegistry
 from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
 from memory_core.host.legacy import MemorySearchResult, SessionVisibilityAuthorizer
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     ConversationRecallContext,
     HostAuthority,
     MemoryCallerContext,
@@ -22,7 +22,7 @@ from memory_core.provider.types import (
     OperatorAuthority,
     SessionAuthority,
 )
-from memory_core.search.render import strip_memory_annotation_carriers
+from memory_core.surfaces.render import strip_memory_annotation_carriers
 
 PID = "memory-core"
 

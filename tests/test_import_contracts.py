@@ -46,8 +46,8 @@ def tree_copy(tmp_path):
 @pytest.mark.parametrize(("module", "line", "contract"), [
     ("workers/runtime.py", "import workers.pool", "no import cycles between siblings"),
     ("workers/tasks.py", "import workers.slot", "the worker process side never imports the owner-side pool"),
-    ("host_facades/sqlite_read.py", "import host_facades.vector_cache", "no import cycles between siblings"),
-    ("host_facades/vectors.py", "import memory_core.errors", "worker processes never import memory_core"),
+    ("host_facades/db/sqlite_read.py", "import host_facades.retrieval.vector_cache", "no import cycles between siblings"),
+    ("host_facades/db/vectors.py", "import memory_core.errors", "worker processes never import memory_core"),
     ("memory_core/store/access.py", "import memory_core.core", "layers from the CLI"),
 ])
 def test_a_new_cycle_or_upward_import_breaks_a_contract(tree_copy, module, line, contract):

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from host_facades import vector_cache
+from host_facades.retrieval import vector_cache
 from memory_core.store.perms import loose_files, tighten
 from tests.gateway_fixtures import ROOT, make_workspace
 

@@ -39,7 +39,7 @@ from memory_core.provider.runtime import (
     UNAVAILABLE_STORE,
     MemoryCoreProviderRuntime,
 )
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     AbortSignal,
     ConversationAudience,
     ConversationRecallContext,

@@ -1,4 +1,4 @@
-"""One hit, every surface: ``memory_core.search.render`` on one hand-made SearchHit, the one citation
+"""One hit, every surface: ``memory_core.surfaces.render`` on one hand-made SearchHit, the one citation
 formatter and the one project-key splitter."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from host_facades.hit import surface_fields
-from host_facades.ranking import citation_for, project_keys_of, project_multiplier
+from host_facades.search.hit import surface_fields
+from host_facades.ranking.rank import citation_for, project_keys_of, project_multiplier
 from memory_core.host.legacy import MemorySearchResult, convert_legacy_hit
 from memory_core.provider.runtime import project_admits
-from memory_core.search import render
+from memory_core.surfaces import render
 from memory_core.search.types import SearchHit
 
 HIT = SearchHit(

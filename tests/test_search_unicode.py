@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host_facades import fts_query, fts_search, keywords
-from host_facades.sqlite_read import open_readonly
+from host_facades.retrieval import fts_query, fts_search, keywords
+from host_facades.db.sqlite_read import open_readonly
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
 from tests.search_fixtures import FakeEmbedder, build_index

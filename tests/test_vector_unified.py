@@ -1,4 +1,4 @@
-"""One in-memory vector search (host_facades.vector_state) for in-process and pooled searches:
+"""One in-memory vector search (host_facades.retrieval.vector_state) for in-process and pooled searches:
 identical results, exact top-k from the compressed candidate indexes, bounded in-process cache."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host_facades import vector_cache, vector_search
-from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
-from host_facades.vector_state import VectorState, build_index
-from host_facades.vectors import encode_vector
+from host_facades.retrieval import vector_cache, vector_search
+from host_facades.db.sqlite_read import db_identity, open_readonly, read_snapshot
+from host_facades.retrieval.vector_state import VectorState, build_index
+from host_facades.db.vectors import encode_vector
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
 from memory_core.store.reindex import swap_into_place

@@ -112,7 +112,7 @@ class PreparedStream:
         try:
             return fut.result()
         except (WorkerOverloaded, WorkerUnavailable, WorkerTimeout):
-            from host_facades.chunking import prepare_chunks
+            from host_facades.chunking.pipeline import prepare_chunks
 
             return prepare_chunks(**self._kwargs(self.entries[i]))
         except WorkerError as exc:

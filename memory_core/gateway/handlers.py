@@ -31,14 +31,14 @@ from memory_core.gateway.params import (
 from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
 from memory_core.host.awaiting import resolve
 from memory_core.host.legacy import acquire_legacy_manager, legacy_result
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     AbortSignal,
     MemoryCallerContext,
     MemoryProviderOpenParams,
     OperatorAuthority,
     to_json,
 )
-from memory_core.search.render import v1_result, v1_result_of_legacy
+from memory_core.surfaces.render import v1_result, v1_result_of_legacy
 from memory_core.validation import QueryBudget
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from memory_core.errors import AuthorityNotCurrent, Forbidden
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     ConversationAudience,
     MemoryCallerContext,
     OwnerPrivateAudience,

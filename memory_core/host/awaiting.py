@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from memory_core.errors import Aborted
-from memory_core.provider.types import AbortSignal
+from memory_core.contract.types import AbortSignal
 
 
 async def resolve(value: Any) -> Any:

@@ -25,10 +25,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from host_facades.ranking import citation_for, project_keys_of
+from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.errors import ProviderContractError
 from memory_core.host.awaiting import resolve
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     AutomaticRecall,
     ConversationRecallContext,
     MemoryCitation,
@@ -45,7 +45,7 @@ from memory_core.provider.types import (
     MemorySearchRequest,
     SessionAuthority,
 )
-from memory_core.search.render import strip_memory_annotation_carriers
+from memory_core.surfaces.render import strip_memory_annotation_carriers
 
 LEGACY_NO_CURSORS = "legacy memory search does not support cursors"
 MANAGER_NO_SEARCH = "memory runtime manager must implement search"

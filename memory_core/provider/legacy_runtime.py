@@ -18,7 +18,7 @@ from typing import Any
 
 from memory_core.errors import MemoryCoreError
 from memory_core.provider.runtime import MemoryCoreProviderRuntime
-from memory_core.search.render import legacy_result
+from memory_core.surfaces.render import legacy_result
 
 
 def legacy_status(st: dict[str, Any]) -> dict[str, Any]:

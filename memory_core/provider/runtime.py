@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from host_facades.chunk_rows import memory_candidates, provenance_of, read_chunks
-from host_facades.ranking import citation_for, project_keys_of
+from host_facades.db.chunk_rows import memory_candidates, provenance_of, read_chunks
+from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.errors import (
     Aborted,
     AuthorityNotCurrent,
@@ -47,7 +47,7 @@ from memory_core.errors import (
 )
 from memory_core.host.awaiting import race_with_signal
 from memory_core.provider.lifecycle import RELOADING, ReloadFence
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     ConversationRecallContext,
     MemoryCallerContext,
     MemoryCandidateRequest,
@@ -66,7 +66,7 @@ from memory_core.provider.types import (
     OwnerPrivateAudience,
     SessionAuthority,
 )
-from memory_core.search.render import provider_hit
+from memory_core.surfaces.render import provider_hit
 from memory_core.search.types import SearchHit
 from memory_core.store.reader import CachedReader
 from memory_core.validation import MAX_SAFE_INTEGER, cap_results, check_query
@@ -640,7 +640,7 @@ def _clamp_results(value: int | None, default: int) -> int:
 
 
 def _db_identity(db_path: str) -> str | None:
-    from host_facades.sqlite_read import db_identity
+    from host_facades.db.sqlite_read import db_identity
 
     try:
         return db_identity(db_path)

@@ -1,11 +1,11 @@
 """Search orchestration (spec §6.1) on the owner side.
 
 The search itself (retrievers, recall metadata, ranking, selection on one read snapshot) is ONE
-function, :func:`host_facades.search_run.run_search`, which :class:`SearchEngine` calls either
+function, :func:`host_facades.search.run.run_search`, which :class:`SearchEngine` calls either
 in-process on its cached reader or, with a ``retriever`` (workers/retriever.py), as one worker
 task on one leased generation: pooled and in-process results are identical by construction.
-Both paths take one frozen :class:`~host_facades.search_edge.SearchRequest` and answer one
-:class:`~host_facades.search_edge.SearchReply`. The owner does only trim/validation, the identity
+Both paths take one frozen :class:`~host_facades.search.edge.SearchRequest` and answer one
+:class:`~host_facades.search.edge.SearchReply`. The owner does only trim/validation, the identity
 check, the forced sync on an empty index, the query embedding, candidates = min(200, max(1,
 floor(maxResults x multiplier))), and building :class:`SearchHit` objects from the reply
 (:func:`~memory_core.search.types.hits_from_reply`).
@@ -25,12 +25,14 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades import fts_query, ranking
-from host_facades.hit import hit_row
-from host_facades.search_edge import SearchReply, SearchRequest, frozen_new
-from host_facades.search_run import run_search
-from host_facades.sqlite_read import read_snapshot
-from host_facades.vector_cache import process_state
+from host_facades.ranking import rank as ranking
+
+from host_facades.retrieval import fts_query
+from host_facades.search.hit import hit_row
+from host_facades.search.edge import SearchReply, SearchRequest, frozen_new
+from host_facades.search.run import run_search
+from host_facades.db.sqlite_read import read_snapshot
+from host_facades.retrieval.vector_cache import process_state
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
 from memory_core.search.types import SearchHit, SearchResults, hits_from_reply
@@ -61,7 +63,7 @@ class SearchDetails:
     ranked: Sequence[dict[str, Any]] = ()
     revision: int | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
-    fts_plan: dict[str, Any] | None = None      # host_facades.fts_query.explain_fts (``explain`` only)
+    fts_plan: dict[str, Any] | None = None      # host_facades.retrieval.fts_query.explain_fts (``explain`` only)
     staleness: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -298,7 +300,7 @@ class SearchEngine:
                  qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
                  probe_content: bool, candidates_for: int | None = None,
                  settings: _Settings | None = None) -> SearchRequest:
-        """The :class:`~host_facades.search_edge.SearchRequest` of one search (``settings``: the
+        """The :class:`~host_facades.search.edge.SearchRequest` of one search (``settings``: the
         search's :meth:`_settings`, when it has them already)."""
         st = settings or self._settings()
         now_ms = self._now_ms

@@ -1,4 +1,4 @@
-"""Search result types: the public frozen :class:`SearchHit` (declared in ``host_facades/hit.py``),
+"""Search result types: the public frozen :class:`SearchHit` (declared in ``host_facades/search/hit.py``),
 built from a search's reply by :func:`hits_from_reply`, and :class:`SearchResults`."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from host_facades.hit import SearchHit, hit_from_row
-from host_facades.search_edge import SearchReply
+from host_facades.search.hit import SearchHit, hit_from_row
+from host_facades.search.edge import SearchReply
 
 __all__ = ["SearchHit", "SearchResults", "hits_from_reply"]
 
 
 def hits_from_reply(reply: SearchReply) -> list[SearchHit]:
-    """The :class:`SearchHit` objects of a search's reply (rows of ``host_facades.hit.HIT_FIELDS``)."""
+    """The :class:`SearchHit` objects of a search's reply (rows of ``host_facades.search.hit.HIT_FIELDS``)."""
     return [hit_from_row(row) for row in reply.hits]
 
 

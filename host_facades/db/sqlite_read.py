@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import apsw
 
-from host_facades.sqlite_ext import load_sqlite_vec
+from host_facades.db.sqlite_ext import load_sqlite_vec
 
 SQLITE_IDLE_HANDLE_TTL_S = 30 * 60
 BUSY_TIMEOUT_MS = 5000

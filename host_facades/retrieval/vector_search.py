@@ -12,12 +12,12 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
 - ``scan`` (sqlite-vec asked for but not loadable): :func:`cosine_scan`, upstream's 256-row
   batched scan (§5.3), which needs no in-memory state.
 
-A chunk with several passages (``host_facades.chunking.split_passages``) also has passage vectors
+A chunk with several passages (``host_facades.chunking.pipeline.split_passages``) also has passage vectors
 (``memory_index_passage_vectors``); every backend scores it by the best of its own and its
 passages' cosines and returns it once. numpy and faiss search the passage rows in the same matrix;
 sqlite-vec and the scan score the passage rows by a scan (:func:`with_passages`).
 
-numpy and faiss are ``host_facades.vector_state.VectorState.search`` on the generation's state from
+numpy and faiss are ``host_facades.retrieval.vector_state.VectorState.search`` on the generation's state from
 ``vector_cache.PROCESS_CACHE`` - the same code workers run on their own cache, so in-process and
 pooled searches return identical ``(id, score)`` lists. :func:`load_rows` attaches the row payloads.
 """
@@ -32,10 +32,10 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades import vector_cache
-from host_facades.fts_query import truncate_snippet
-from host_facades.vector_state import passage_rows
-from host_facades.vectors import decode_vector
+from host_facades.retrieval import vector_cache
+from host_facades.retrieval.fts_query import truncate_snippet
+from host_facades.retrieval.vector_state import passage_rows
+from host_facades.db.vectors import decode_vector
 
 VECTOR_KNN_OVERSAMPLE_FACTOR = 8
 MAX_VECTOR_KNN_K = 4096
@@ -262,7 +262,7 @@ def sqlite_vec_knn(
 
 
 # ---------------------------------------------------------------------------------------------
-# In-memory exact backends (numpy, faiss): host_facades.vector_state's per-generation VectorState
+# In-memory exact backends (numpy, faiss): host_facades.retrieval.vector_state's per-generation VectorState
 # ---------------------------------------------------------------------------------------------
 # One implementation for in-process and pooled searches: the state (matrix + faiss index) comes
 # from vector_cache.PROCESS_CACHE here and from the worker's DerivedStateCache in workers/tasks.py;

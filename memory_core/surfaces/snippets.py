@@ -17,8 +17,8 @@ HIGHLIGHT = ("\x1b[1;33m", "\x1b[0m")
 def match_pattern(query: str) -> re.Pattern[str] | None:
     """Words that start with a query term (case-insensitive; stop words only when nothing else is
     left), or None when the query has no terms."""
-    from host_facades.fts_query import query_terms
-    from host_facades.keywords import is_stop_word
+    from host_facades.retrieval.fts_query import query_terms
+    from host_facades.retrieval.keywords import is_stop_word
 
     terms = list(dict.fromkeys(t.lower() for t in query_terms(query or "")))
     useful = [t for t in terms if not is_stop_word(t)] or terms
@@ -82,7 +82,7 @@ def chunk_texts(db_path: str, ids: list[str]) -> dict[str, str]:
         return {}
     import apsw
 
-    from host_facades.sqlite_read import DatabaseUnreadable, open_readonly
+    from host_facades.db.sqlite_read import DatabaseUnreadable, open_readonly
 
     try:
         conn = open_readonly(db_path, load_vec=False)

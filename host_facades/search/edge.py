@@ -2,9 +2,9 @@
 
 Both are frozen dataclasses of plain values, tuples and numpy arrays, so they pickle into and
 out of a worker (``workers.tasks`` task ``search``) and are passed as they are in-process: the
-owner (``memory_core.search.engine``) builds the request, :func:`host_facades.search_run.run_search`
-answers it, and the owner turns the reply's hit rows (``host_facades.hit.hit_row``) back into
-``SearchHit`` objects (``host_facades.hit.hit_from_row``).
+owner (``memory_core.search.engine``) builds the request, :func:`host_facades.search.run.run_search`
+answers it, and the owner turns the reply's hit rows (``host_facades.search.hit.hit_row``) back into
+``SearchHit`` objects (``host_facades.search.hit.hit_from_row``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from host_facades.ranking import RankingOptions
-from host_facades.vectors import decode_vector, encode_vector
+from host_facades.ranking.rank import RankingOptions
+from host_facades.db.vectors import decode_vector, encode_vector
 
 DEFAULT_RANKING = RankingOptions()
 T = TypeVar("T")
@@ -68,7 +68,7 @@ class SearchReply:
     """The answer to a :class:`SearchRequest` on one index generation (``revision``).
 
     ``mode``: ``"hybrid"``, ``"keyword"``, ``"vector"`` or ``"empty"``; ``hits``: the selected hits
-    as rows of ``host_facades.hit.HIT_FIELDS`` (snippets, no chunk text); ``empty_index``: the index has no
+    as rows of ``host_facades.search.hit.HIT_FIELDS`` (snippets, no chunk text); ``empty_index``: the index has no
     chunks (only with ``probe_content``). With ``details``: ``keyword`` (the FTS step: query,
     probes, candidate dicts), ``vector`` (candidate dicts), ``ranked`` (each candidate's score
     parts, in ranked order) and ``timings_ms``."""

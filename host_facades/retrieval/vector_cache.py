@@ -3,7 +3,7 @@ mapped by every worker.
 
 **In memory.** One :class:`DerivedStateCache` per worker (``workers.tasks.WorkerContext``) and
 :data:`PROCESS_CACHE` for in-process searches keep the
-:class:`~host_facades.vector_state.VectorState` of a generation while it is current or leased and
+:class:`~host_facades.retrieval.vector_state.VectorState` of a generation while it is current or leased and
 drop it after (workers: the owner's ``retain`` broadcasts; in-process:
 :meth:`DerivedStateCache.get_current` keeps the newest generation per file).
 
@@ -38,8 +38,8 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades.sqlite_read import db_identity
-from host_facades.vector_state import (
+from host_facades.db.sqlite_read import db_identity
+from host_facades.retrieval.vector_state import (
     FP16_MIN_ROWS,
     DerivedKey,
     Int8Candidates,
@@ -164,7 +164,7 @@ class DerivedStateCache:
             return sum(s.nbytes for s in self._states.values())
 
 
-# The in-process cache: host_facades.vector_search's numpy/faiss backends (searches that run in
+# The in-process cache: host_facades.retrieval.vector_search's numpy/faiss backends (searches that run in
 # the owner process without a pool) use this one; each worker process has its WorkerContext.cache.
 PROCESS_CACHE = DerivedStateCache()
 

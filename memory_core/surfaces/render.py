@@ -8,8 +8,8 @@
 - :func:`cli_text`: ``memory-core search``'s human output.
 
 Pure: no I/O. A hit is taken by its attributes; the dict surfaces' field tables are derived from
-the one declaration, ``host_facades/hit.py``. Citations come from ``host_facades.ranking.citation_for`` and
-project keys from ``host_facades.ranking.project_keys_of``, the one formatter and splitter.
+the one declaration, ``host_facades/search/hit.py``. Citations come from ``host_facades.ranking.rank.citation_for`` and
+project keys from ``host_facades.ranking.rank.project_keys_of``, the one formatter and splitter.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from host_facades.hit import surface_dict, surface_fields
-from host_facades.ranking import citation_for, project_keys_of
+from host_facades.search.hit import surface_dict, surface_fields
+from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.output import escape_control
-from memory_core.provider.types import AutomaticRecall, MemoryCitation, MemoryReference, MemorySearchHit
-from memory_core.search.snippets import render_snippet
+from memory_core.contract.types import AutomaticRecall, MemoryCitation, MemoryReference, MemorySearchHit
+from memory_core.surfaces.snippets import render_snippet
 
 INVALID_PROJECT_KEY = "!invalid-project-annotation"
 

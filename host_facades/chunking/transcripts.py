@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Iterable
 
-from host_facades.chunking import hash_text
+from host_facades.chunking.pipeline import hash_text
 
 __all__ = [
     "FlattenedSession",

@@ -3,7 +3,7 @@
 :class:`VectorState` holds ids, sources, the L2-normalised float32 matrix and a faiss candidate
 index, keyed by :data:`DerivedKey` = (database identity, revision, model). It is derived state,
 built from SQLite (:func:`load_vector_state`, :func:`build_index`) and kept by
-:mod:`host_facades.vector_cache`. Worker tasks and in-process searches both search with
+:mod:`host_facades.retrieval.vector_cache`. Worker tasks and in-process searches both search with
 :meth:`VectorState.search`, so pooled and in-process results are identical.
 
 Search = candidates + exact rescoring: from :data:`FP16_MIN_ROWS` rows a compressed index
@@ -27,7 +27,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades.vectors import VECTOR_DTYPE, normalize_rows
+from host_facades.db.vectors import VECTOR_DTYPE, normalize_rows
 
 # (db identity "dev:inode", revision, model); model "" = every model, a tuple = several models
 DerivedKey = tuple  # tuple[str, int, str | tuple[str, ...]]
@@ -252,7 +252,7 @@ class Int8Candidates:
     def from_parts(cls, index: Any, *, scale: np.ndarray, err_l1: np.ndarray, err_norm: float,
                    code_norm: float, verified: bool) -> Int8Candidates:
         """The candidate index over an existing faiss ``index`` of the codes (e.g. one mapped
-        from a file, host_facades.vector_cache) and the quantizer's saved parameters."""
+        from a file, host_facades.retrieval.vector_cache) and the quantizer's saved parameters."""
         self = cls.__new__(cls)
         self.index = index
         self.scale = np.asarray(scale, dtype=np.float64)

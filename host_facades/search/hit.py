@@ -4,14 +4,14 @@ Everything else about a hit is derived from ``dataclasses.fields(SearchHit)``: t
 row (:data:`HIT_FIELDS` order, :func:`hit_row`), the owner's rebuild (:func:`hit_from_row`), each
 surface's field table (:func:`surface_fields`: the camelCase wire key of every field a surface
 carries) and so the CLI / gateway v1 / MCP / legacy dicts built from them in
-``memory_core/search/render.py``. Adding a field is one edit here plus the golden files: a field
+``memory_core/surfaces/render.py``. Adding a field is one edit here plus the golden files: a field
 named like a ranking ``Candidate`` attribute is copied from the candidate, any other from the
-chunk's stored row (``host_facades/chunk_rows.py``'s ``CHUNK_FIELDS``).
+chunk's stored row (``host_facades/db/chunk_rows.py``'s ``CHUNK_FIELDS``).
 
 A field's ``metadata={"omit": (...)}`` names the surfaces that leave it out: ``wire`` (CLI JSON,
 ``SearchHit.to_dict``, ``--explain``), ``legacy`` (upstream's ``MemorySearchResult``), ``v1`` (gateway
 v1 ``results[]`` and the MCP tool's entries). Gateway v2 takes the provider contract's
-``MemorySearchHit`` shape (``memory_core/provider/types.py``), which a hit field does not extend.
+``MemorySearchHit`` shape (``memory_core/contract/types.py``), which a hit field does not extend.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from host_facades.ranking import Candidate, citation_for
-from host_facades.search_edge import frozen_new
+from host_facades.ranking.rank import Candidate, citation_for
+from host_facades.search.edge import frozen_new
 
 SURFACES = ("wire", "legacy", "v1")
 

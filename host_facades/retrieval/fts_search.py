@@ -16,12 +16,12 @@ from typing import Any
 
 import apsw
 
-from host_facades.fts_query import (
+from host_facades.retrieval.fts_query import (
     CHUNKS_TABLE, MAX_QUERY_TERMS, like_clauses, lower_tokens,
     source_clause, unique_terms, bm25_rank_to_score, body_search_sql, build_fts_query, escape_like, plan_keyword_search,
     score_fallback_keyword_result, truncate_snippet, word_tokens,
 )
-from host_facades.keywords import extract_keywords, fallback_terms
+from host_facades.retrieval.keywords import extract_keywords, fallback_terms
 
 EXACT_PATH_CANDIDATE_LIMIT = 200
 PATH_FTS_TABLE = "memory_index_paths_fts"

@@ -2,7 +2,7 @@
 
 No I/O here: every function takes plain data or :class:`Candidate` lists and returns new orders
 or scores. It lives in ``host_facades`` so a worker can run a whole search (retrieval + ranking,
-``host_facades.search_run``).
+``host_facades.search.run``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.chunk_rows import provenance_of
+from host_facades.db.chunk_rows import provenance_of
 
 DAY_MS = 24 * 60 * 60 * 1000
 DEFAULT_RRF_K = 60
@@ -672,7 +672,7 @@ def select_scored(results: Sequence[Candidate], *, max_results: int, min_score: 
 
 
 def attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> list[Candidate]:
-    """Copy recall metadata (``host_facades.chunk_rows`` rows) onto candidates; chunks absent from
+    """Copy recall metadata (``host_facades.db.chunk_rows`` rows) onto candidates; chunks absent from
     ``meta`` (removed after retrieval) drop out."""
     out = []
     for c in cands:

@@ -3,11 +3,11 @@
 :func:`run_search` is the single implementation both the in-process path
 (``memory_core.search.engine.SearchEngine``) and the worker task (``workers.tasks`` op
 ``run_search``) call, so pooled and in-process results are identical by construction. It takes a
-:class:`~host_facades.search_edge.SearchRequest` and returns a compact
-:class:`~host_facades.search_edge.SearchReply`: the selected hits as rows (snippets are <= 700
+:class:`~host_facades.search.edge.SearchRequest` and returns a compact
+:class:`~host_facades.search.edge.SearchReply`: the selected hits as rows (snippets are <= 700
 chars, no chunk text), plus the explain details only when asked.
 
-The caller owns the read transaction (``host_facades.sqlite_read.read_snapshot``); the only
+The caller owns the read transaction (``host_facades.db.sqlite_read.read_snapshot``); the only
 difference between callers is where the generation's vector state comes from
 (``vector_state(conn, model)``: the process cache in-process, the worker's derived-state cache
 in a worker).
@@ -23,10 +23,12 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades import fts_search, ranking, vector_search
-from host_facades.chunk_rows import read_chunks
-from host_facades.hit import hit_row
-from host_facades.search_edge import SearchReply, SearchRequest
+from host_facades.ranking import rank as ranking
+
+from host_facades.retrieval import fts_search, vector_search
+from host_facades.db.chunk_rows import read_chunks
+from host_facades.search.hit import hit_row
+from host_facades.search.edge import SearchReply, SearchRequest
 
 VectorStateFn = Callable[[apsw.Connection, Any], Any]
 
@@ -70,7 +72,7 @@ def run_search(conn: apsw.Connection, req: SearchRequest, *, revision: int | Non
                vector_state: VectorStateFn | None = None, db_id: str | None = None) -> SearchReply:
     """Answer ``req`` inside the caller's read transaction (on generation ``revision``)."""
     if not isinstance(req, SearchRequest):
-        raise TypeError(f"run_search takes a host_facades.search_edge.SearchRequest, got {type(req).__name__}")
+        raise TypeError(f"run_search takes a host_facades.search.edge.SearchRequest, got {type(req).__name__}")
     if req.probe_content and not has_content(conn):
         return SearchReply(mode="empty", revision=revision, empty_index=True)
     details = req.details

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from host_facades.keywords import fallback_terms
+from host_facades.retrieval.keywords import fallback_terms
 
 try:  # the `regex` module knows \p{L}; the fallback below is equivalent, only slower
     import regex as _regex
