@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, redact_paths
+from memory_core.errors import AuthorityNotCurrent, Forbidden, MemoryCoreError, on_surfaces, redact_paths
 from memory_core.gateway.params import (
     Agents,
     as_record,
@@ -28,7 +28,7 @@ from memory_core.gateway.params import (
     parse_operation,
     parse_v1_search,
 )
-from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
+from memory_core.gateway.protocol import INVALID_REQUEST, GatewayError, Session, invalid_request, unavailable
 from memory_core.host.awaiting import resolve
 from memory_core.host.legacy import acquire_legacy_manager, legacy_result
 from memory_core.contract.types import (
@@ -207,9 +207,9 @@ class MemoryMethods:
 
         try:
             hits, staleness = await asyncio.to_thread(search)
-        except InvalidRequest as exc:  # e.g. an agent whose own query budget is smaller
-            raise invalid_request(exc.message) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - e.g. an agent whose own query budget is smaller
+            if on_surfaces(exc).gateway == INVALID_REQUEST:
+                raise invalid_request(error_message(exc)) from exc
             raise unavailable(f"memory search failed: {error_message(exc)}") from exc
         cfg = self.service.agent_config(agent_id)
         payload: dict[str, Any] = {
