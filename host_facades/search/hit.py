@@ -68,7 +68,8 @@ def surface_fields(surface: str) -> tuple[tuple[str, str], ...]:
     """``(attribute, wire key)`` of each :class:`SearchHit` field ``surface`` carries, in field order."""
     if surface not in SURFACES:
         raise ValueError(f"unknown hit surface {surface!r}: expected one of {', '.join(SURFACES)}")
-    return tuple((f.name, camel(f.name)) for f in fields(SearchHit) if surface not in f.metadata.get("omit", ()))
+    return tuple((f.name, camel(f.name)) for f in fields(SearchHit)
+                 if surface not in f.metadata.get("omit", ()))
 
 
 _TABLES = {surface: surface_fields(surface) for surface in SURFACES}

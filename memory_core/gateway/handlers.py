@@ -30,7 +30,7 @@ from memory_core.gateway.params import (
 )
 from memory_core.gateway.protocol import INVALID_REQUEST, GatewayError, Session, invalid_request, unavailable
 from memory_core.host.awaiting import resolve
-from memory_core.host.legacy import acquire_legacy_manager, legacy_result
+from memory_core.host.legacy import acquire_legacy_manager, as_memory_search_result
 from memory_core.contract.types import (
     AbortSignal,
     MemoryCallerContext,
@@ -254,7 +254,8 @@ class MemoryMethods:
         mode = custom.get("searchMode") or (
             "fts-only" if provider == "none" or vector.get("enabled") is False else "hybrid")
         return {"agentId": agent_id, "provider": provider, "searchMode": mode,
-                "results": [v1_result_of_legacy(legacy_result(h).model_dump(by_alias=True, exclude_none=True))
+                "results": [v1_result_of_legacy(
+                    as_memory_search_result(h).model_dump(by_alias=True, exclude_none=True))
                             for h in raw]}
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:

@@ -186,7 +186,8 @@ def parse_operation(method: str, params: dict[str, Any], budget: QueryBudget | N
             raise invalid_request(QUERY_REQUIRED)
         check_budget(budget, query)
         max_results = _number(params, "maxResults", integer=True)
-        request: dict[str, Any] = {"query": query, "maxResults": cap_results(int(max_results or DEFAULT_MAX_RESULTS))}
+        request: dict[str, Any] = {"query": query,
+                                   "maxResults": cap_results(int(max_results or DEFAULT_MAX_RESULTS))}
         min_score = _number(params, "minScore")
         if min_score is not None:
             request["minScore"] = min_score

@@ -67,7 +67,7 @@ class MemoryProvenance(LegacyModel):
 
 class MemorySearchResult(LegacyModel):
     """The legacy file-shaped hit (§3.2), as a legacy manager returns it; memory-core's own hits take
-    this shape from ``search.render.legacy_result`` and, without ``citation``, are the v1 ``results[]``."""
+    this shape from ``surfaces.render.legacy_result`` and, without ``citation``, are the v1 ``results[]``."""
 
     path: str
     start_line: int
@@ -90,7 +90,7 @@ def is_automatic_memory_entry_eligible(hit: MemorySearchResult) -> bool:
     return hit.provenance is not None and hit.provenance.origin_class in ("owner", "agent")
 
 
-def legacy_result(value: Any) -> MemorySearchResult:
+def as_memory_search_result(value: Any) -> MemorySearchResult:
     """One hit of a legacy manager's ``search`` as a :class:`MemorySearchResult`."""
     return value if isinstance(value, MemorySearchResult) else MemorySearchResult.model_validate(value)
 
@@ -140,7 +140,7 @@ async def authorize_search_hits(runtime: Any, *, cfg: Any, agent_id: str, author
         trusted_agent_scope=session is None,
         conversation_recall=session.conversation_recall if session else None,
         hits=list(hits)))
-    return [legacy_result(h) for h in out]
+    return [as_memory_search_result(h) for h in out]
 
 
 class LegacyMemoryProvider:
@@ -177,7 +177,7 @@ class LegacyMemoryProvider:
             "signal": self._params.context.signal,
         }
         raw = await resolve(self._manager.search(request.query, {k: v for k, v in opts.items() if v is not None}))
-        hits = [legacy_result(h) for h in raw]
+        hits = [as_memory_search_result(h) for h in raw]
         self._assert_current()
         authorized = await authorize_search_hits(self._runtime, cfg=self._params.cfg, agent_id=self._params.agent_id,
                                                  authority=self._params.context.authority, hits=hits)

@@ -462,7 +462,8 @@ class MemoryCoreProvider:
         # the query embedding, its engine and its pool, as for v1, MCP and the CLI; the candidates
         # are those of one page (as v1 ranks them), kept up to the window for the cursors
         raw = await self._io(core.search, query, max_results=window, min_score=min_score, sources=sources,
-                             lexical_only=bool(req.lexical_only), active_project_keys=req.active_project_keys or None,
+                             lexical_only=bool(req.lexical_only),
+                             active_project_keys=req.active_project_keys or None,
                              candidates_for=max_results, on_embedding=self._embedded)
         stale = raw.staleness
         if stale and stale.get("warning"):

@@ -315,7 +315,8 @@ class SearchEngine:
             "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
             "probe_content": probe_content, "details": details})
 
-    def _details(self, req: SearchRequest, reply: SearchReply, t0: float, hits: list[SearchHit]) -> SearchDetails:
+    def _details(self, req: SearchRequest, reply: SearchReply, t0: float,
+                 hits: list[SearchHit]) -> SearchDetails:
         """:class:`SearchDetails` from the reply of a search with ``details``, with the FTS plan
         (query, SQL, fallback keywords) of its query."""
         fts_plan = fts_query.explain_fts(req.query, tokenizer=reply.tokenizer, limit=req.candidates,
@@ -324,12 +325,14 @@ class SearchEngine:
                                   "tokenizer": reply.tokenizer, "model": req.model, "backend": req.backend,
                                   "or_fallback": req.or_fallback}
         if reply.mode == "empty":
-            return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision, fts_plan=fts_plan)
+            return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision,
+                                 fts_plan=fts_plan)
         params.update(max_results=req.max_results, min_score=req.min_score, fusion=req.ranking.fusion)
         timings = dict(reply.timings_ms)
         timings["total"] = (time.perf_counter() - t0) * 1000
         return SearchDetails(hits=hits, mode=reply.mode, params=params, keyword=reply.keyword, vector=reply.vector,
-                             ranked=reply.ranked, revision=reply.revision, timings_ms=timings, fts_plan=fts_plan)
+                             ranked=reply.ranked, revision=reply.revision, timings_ms=timings,
+                             fts_plan=fts_plan)
 
     def _search(
         self,

@@ -1,15 +1,17 @@
 """How one :class:`~memory_core.search.types.SearchHit` looks on every surface.
 
 - :func:`wire`: the camelCase wire form (``SearchHit.to_dict``, ``search --json``, ``--explain``);
-- :func:`legacy_result`: the legacy ``MemorySearchResult`` (a legacy manager's hit);
+- :func:`legacy_result`: a hit as the legacy ``MemorySearchResult`` dict (what memory-core's legacy
+  runtime answers; ``host.legacy.as_memory_search_result`` reads a legacy manager's hit back);
 - :func:`v1_result`: gateway v1 ``results[]`` (the legacy shape without its citation);
 - :func:`mcp_result`: the MCP ``memory_search`` tool's result entry;
 - :func:`provider_hit`: gateway v2 / the provider contract's ``MemorySearchHit``;
 - :func:`cli_text`: ``memory-core search``'s human output.
 
 Pure: no I/O. A hit is taken by its attributes; the dict surfaces' field tables are derived from
-the one declaration, ``host_facades/search/hit.py``. Citations come from ``host_facades.ranking.rank.citation_for`` and
-project keys from ``host_facades.ranking.rank.project_keys_of``, the one formatter and splitter.
+the one declaration, ``host_facades/search/hit.py``. Citations come from
+``host_facades.ranking.rank.citation_for`` and project keys from
+``host_facades.ranking.rank.project_keys_of``, the one formatter and splitter.
 """
 
 from __future__ import annotations
