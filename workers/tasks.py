@@ -174,23 +174,18 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     qvec = op["qvec"]
     q = decode_vector(qvec) if isinstance(qvec, (bytes, bytearray)) else np.asarray(qvec, dtype=np.float32)
     backend = op.get("backend", "auto")
-    if backend == "sqlite-vec":
-        from host_facades.retrieval import vector_search
+    if backend not in ("auto", "faiss", "numpy", "sqlite-vec"):
+        raise TaskError("InvalidRequest", "invalid_request",
+                        f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
+    from host_facades.retrieval import vector_search
 
-        return vector_search.knn_search(conn, q, limit=int(op["limit"]), model=op["model"], backend="sqlite-vec")
-    if backend not in ("auto", "faiss", "numpy"):
-        raise TaskError("InvalidRequest", "invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
-    model = op.get("model")
-    key = (env["db_id"], env["revision"], model_key(model))
-    state = ctx.cache.get_or_build(conn, key)
     sources = op.get("sources")
-    # the same VectorState.search as in-process searches (host_facades.retrieval.vector_search): identical results
-    pairs = state.search(q, int(op["limit"]), sources=list(sources) if sources else None, exact=backend == "numpy")
-    if op.get("rows"):  # the row shape of host_facades.retrieval.vector_search.knn_search
-        from host_facades.retrieval.vector_search import load_rows
-
-        return load_rows(conn, pairs)
-    return pairs
+    # the one dispatcher in-process searches use, on this worker's cached state: identical results
+    return vector_search.knn_search(
+        conn, q, limit=int(op["limit"]), model=op.get("model"), sources=list(sources) if sources else None,
+        backend=backend, vector_state=lambda c, model: ctx.cache.get_or_build(c, (env["db_id"], env["revision"],
+                                                                                 model_key(model))),
+        pairs=not op.get("rows"))
 
 
 OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {

@@ -312,19 +312,26 @@ def knn_search(
     sources: Sequence[str] | None = None,
     backend: str = "auto",
     db_id: str | None = None,
-) -> list[dict[str, Any]]:
-    """Top-``limit`` chunks by cosine similarity to ``qvec``; an all-zero vector returns [].
-    ``db_id`` is the ``dev:inode`` identity of the file ``conn`` has open (stat'ed when omitted)."""
+    vector_state: Callable[[apsw.Connection, Any], Any] | None = None,
+    pairs: bool = False,
+) -> list[Any]:
+    """Top-``limit`` chunks by cosine similarity to ``qvec``; an all-zero vector returns []: the one
+    backend dispatcher (in-process searches, the pooled ``search`` task and the ``vector`` op).
+    faiss and numpy search a generation's :class:`VectorState`: ``vector_state(conn, model)`` (a
+    worker's cache), else the process cache keyed by ``db_id``, the ``dev:inode`` identity of the
+    file ``conn`` has open (stat'ed when omitted); with ``pairs`` they answer ``(id, score)`` pairs
+    instead of rows."""
     if is_zero_vector(qvec):
         return []
     used = resolve_backend(conn, backend)
+    if used in ("faiss", "numpy"):
+        q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+        state = vector_state(conn, model) if vector_state is not None else _state(conn, model, db_id)
+        found = state.search(q, max(1, int(limit)), sources=sources or None, exact=used == "numpy")
+        return found if pairs else load_rows(conn, found)
     if used == "sqlite-vec":
         res = sqlite_vec_knn(conn, qvec, limit=limit, model=model, sources=sources)
         if res["fallback_scan_required"]:
             return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)
         return load_rows(conn, with_passages(conn, qvec, res["rows"], limit=limit, model=model, sources=sources))
-    if used == "scan":
-        return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)
-    if used == "faiss":
-        return load_rows(conn, faiss_knn(conn, qvec, limit=limit, model=model, sources=sources, db_id=db_id))
-    return load_rows(conn, numpy_knn(conn, qvec, limit=limit, model=model, sources=sources, db_id=db_id))
+    return cosine_scan(conn, qvec, limit=limit, model=model, sources=sources)  # "scan": no sqlite-vec

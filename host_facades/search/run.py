@@ -56,16 +56,8 @@ def ranking_options(req: SearchRequest) -> ranking.RankingOptions:
 def vector_rows(conn: apsw.Connection, req: SearchRequest, q: np.ndarray,
                 vector_state: VectorStateFn | None, db_id: str | None) -> list[dict[str, Any]]:
     """Vector retriever (§5): faiss/numpy on the generation's derived state, else sqlite-vec/scan."""
-    limit = req.candidates
-    if vector_search.is_zero_vector(q):
-        return []
-    used = vector_search.resolve_backend(conn, req.backend)
-    if used in ("faiss", "numpy") and vector_state is not None:
-        state = vector_state(conn, req.model)
-        pairs = state.search(q, max(1, limit), sources=list(req.sources) or None, exact=used == "numpy")
-        return vector_search.load_rows(conn, pairs)
-    return vector_search.knn_search(conn, q, limit=limit, model=req.model, sources=list(req.sources),
-                                    backend=req.backend, db_id=db_id)
+    return vector_search.knn_search(conn, q, limit=req.candidates, model=req.model, sources=list(req.sources),
+                                    backend=req.backend, db_id=db_id, vector_state=vector_state)
 
 
 def run_search(conn: apsw.Connection, req: SearchRequest, *, revision: int | None = None,
