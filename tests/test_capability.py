@@ -242,7 +242,7 @@ def test_prepare_reload_fences_drains_and_resumes(indexed):
         with pytest.raises(MemoryManagerReloading, match="Memory provider is reloading; retry after"):
             runtime.core("main")
         drained = await handle.drain()
-        closed = first._closed
+        closed = first.closed
         handle.resume()
         again = await cap.runtime.get_memory_search_manager(agent_id="main")
         return refused, opened.error, drained, closed, runtime.core("main") is not first, again["manager"]
@@ -262,14 +262,14 @@ def test_reload_of_an_embedding_provider_spares_other_engines(indexed):
     keyword = runtime.core("main")
     handle = runtime.prepare_reload(retiring_embedding_providers=[{"id": "openai"}])
     assert asyncio.run(handle.drain()) == {"errors": []}
-    assert runtime.core("main") is keyword and not keyword._closed
+    assert runtime.core("main") is keyword and not keyword.closed
     later = runtime.prepare_reload(retire_runtime=True)
     handle.resume()  # an older handle does not lift a newer fence
     with pytest.raises(MemoryManagerReloading):
         runtime.core("main")
     later.resume()
     asyncio.run(runtime.close_memory_search_manager(agent_id="main"))
-    assert keyword._closed and runtime.core("main") is not keyword
+    assert keyword.closed and runtime.core("main") is not keyword
     asyncio.run(runtime.close_all_memory_search_managers())
     assert runtime.opened_core("main") is None
 
