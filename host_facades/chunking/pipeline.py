@@ -236,6 +236,37 @@ def _iter_split(content: str) -> Iterator[str]:
         start = j + 1
 
 
+def _overlap_carry(cur_text: list[str], cur_line: list[int], window: int) -> tuple[list[str], list[int], int]:
+    """The trailing segments of a flushed chunk (and their line numbers and weighted size) that open
+    the next one: at most ``window`` weighted chars, a segment wider than what is left keeping only
+    its trailing slice."""
+    if window <= 0 or not cur_text:
+        return [], [], 0
+    acc = 0
+    kept_text: list[str] = []
+    kept_line: list[int] = []
+    for i in range(len(cur_text) - 1, -1, -1):
+        seg = cur_text[i]
+        size = estimate_string_chars(seg) + 1
+        remaining = window - acc
+        if size > remaining:
+            # A segment wider than the remaining window keeps only its trailing slice.
+            tail = _take_tail(seg, remaining - 1) if not kept_text else ""
+            if tail:
+                kept_text.append(tail)
+                kept_line.append(cur_line[i])
+                acc += estimate_string_chars(tail) + 1
+            break
+        acc += size
+        kept_text.append(seg)
+        kept_line.append(cur_line[i])
+        if acc >= window:
+            break
+    kept_text.reverse()
+    kept_line.reverse()
+    return kept_text, kept_line, acc
+
+
 def chunk_markdown(
     content: str, tokens: int = 400, overlap: int = 80, *, per_entry: bool = False
 ) -> list[ChunkSpec]:
@@ -257,42 +288,14 @@ def chunk_markdown(
         text = "\n".join(cur_text)
         chunks.append(ChunkSpec(cur_line[0], cur_line[-1], text, hash_text(text), span[0], span[1]))
 
-    def carry(window: int) -> None:
-        nonlocal cur_text, cur_line, cur_chars
-        if window <= 0 or not cur_text:
-            cur_text, cur_line, cur_chars = [], [], 0
-            return
-        acc = 0
-        kept_text: list[str] = []
-        kept_line: list[int] = []
-        for i in range(len(cur_text) - 1, -1, -1):
-            seg = cur_text[i]
-            size = estimate_string_chars(seg) + 1
-            remaining = window - acc
-            if size > remaining:
-                # A segment wider than the remaining window keeps only its trailing slice.
-                tail = _take_tail(seg, remaining - 1) if not kept_text else ""
-                if tail:
-                    kept_text.append(tail)
-                    kept_line.append(cur_line[i])
-                    acc += estimate_string_chars(tail) + 1
-                break
-            acc += size
-            kept_text.append(seg)
-            kept_line.append(cur_line[i])
-            if acc >= window:
-                break
-        kept_text.reverse()
-        kept_line.reverse()
-        cur_text, cur_line, cur_chars = kept_text, kept_line, acc
-
     def append(segment: str, line_no: int, chars: int) -> None:
-        nonlocal cur_chars
+        nonlocal cur_text, cur_line, cur_chars
         size = chars + 1
         if cur_chars + size > max_chars and cur_text:
             flush()
             # Carry and the incoming segment share one budget, including line separators.
-            carry(min(overlap_chars, max(0, max_chars - size)))
+            cur_text, cur_line, cur_chars = _overlap_carry(cur_text, cur_line,
+                                                           min(overlap_chars, max(0, max_chars - size)))
         cur_text.append(segment)
         cur_line.append(line_no)
         cur_chars += size
