@@ -66,7 +66,8 @@ class IndexOwner:
 
     @property
     def provider(self) -> Any | None:
-        """The embedding provider (None = keyword-only); an unavailable explicit one raises (D4)."""
+        """The embedding provider (None = keyword-only); an unavailable explicit one raises
+        (docs/decisions.md D4)."""
         if self._provider is UNSET:
             from memory_core.embeddings import create_embedding_provider
 
@@ -188,14 +189,16 @@ class IndexOwner:
         return {"state": state, "mismatch": diff}
 
     def check_identity(self) -> dict[str, Any]:
-        """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
+        """Raise :class:`IndexPaused` when the index was built with other settings (upstream
+        `memory/manager.ts`)."""
         state = self.identity_state()
         if state["state"] == "mismatch":
             raise IndexPaused.settings_changed(state["mismatch"])
         return state
 
     def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
-        """Never rebuild a semantic index as keyword-only without an explicit --force (spec §7.4)."""
+        """Never rebuild a semantic index as keyword-only without an explicit --force (upstream
+        `memory/manager-sync-ops.ts`)."""
         if provider is not None or meta is None:
             return
         if meta.get("provider", "none") != "none" or meta.get("model", FTS_ONLY_MODEL) != FTS_ONLY_MODEL:

@@ -1,4 +1,5 @@
-"""The agent tools ``memory_search`` and ``memory_get`` (engine.md §9.1-9.2): served over MCP by
+"""The agent tools ``memory_search`` and ``memory_get`` (upstream `extensions/memory-core/src/tools.ts`,
+`host/read-file.ts`): served over MCP by
 ``memory-core mcp`` and registered by the memory capability (``memory_core.capability``).
 
 ``MemoryTools.search`` follows upstream's tool (``extensions/memory-core/src/tools.ts``, 2026.9.6):

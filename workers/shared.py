@@ -1,7 +1,8 @@
 """Process-wide pools for MemoryCore (owner side).
 
 ``MemoryCore`` searches and index preparation run through two shared pools per pool
-configuration (``config.pool``): ``retrieval`` and ``indexing`` (spec §8.2). ``pool.workers = 0``
+configuration (``config.pool``): ``retrieval`` and ``indexing`` (upstream
+`memory/manager-cpu-worker-runtime.ts`). ``pool.workers = 0``
 means in-process (no pool). Pools are created on first use, shared by every agent/core of the
 process (workers reopen databases by path), and closed at interpreter exit or by :func:`close_all`.
 """

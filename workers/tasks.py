@@ -147,7 +147,8 @@ def drop_control(payload: dict, ctx: WorkerContext) -> None:
 
 @task("index_state")
 def index_state(payload: dict, ctx: WorkerContext) -> dict:
-    """Revision, identity and counts of the index; an absent database is an empty state (§8.3)."""
+    """Revision, identity and counts of the index; an absent database is an empty state (upstream
+    `memory/manager-search.worker.ts`)."""
     db_path = payload["db_path"]
     if not os.path.exists(db_path):
         return {"exists": False, "db_id": None, "revision": 0, "chunks": 0, "vectors": 0}
@@ -315,7 +316,8 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
 
 @task("prepare")
 def prepare(payload: dict, ctx: WorkerContext) -> list:
-    """``host_facades.chunking.pipeline.prepare_chunks(**payload)`` (the pure chunking pipeline, §2.4)."""
+    """``host_facades.chunking.pipeline.prepare_chunks(**payload)`` (the pure chunking pipeline, upstream
+    `memory/manager-index-preparation.ts`)."""
     from host_facades.chunking.pipeline import prepare_chunks
 
     return prepare_chunks(**payload)

@@ -1,4 +1,5 @@
-"""Pure chunking and hashing for the indexing pipeline (spec §2); safe to run in workers.
+"""Pure chunking and hashing for the indexing pipeline (upstream `host/markdown-chunks.ts`); safe to run in
+workers.
 
 Mirrors upstream ``markdown-chunks.ts`` (chunking v6), ``cjk-chars.ts`` (weighted sizes),
 ``memory-annotations`` (annotation carriers), ``embedding-input-limits.ts`` (byte split) and
@@ -82,7 +83,8 @@ def _utf8(text: str) -> bytes:
 
 
 def estimate_string_chars(text: str) -> int:
-    """Weighted length (§2.1): UTF-16 length, CJK / fullwidth characters count 4 each."""
+    """Weighted length (upstream `host/markdown-chunks.ts`): UTF-16 length, CJK / fullwidth characters count
+    4 each."""
     if text.isascii():
         return len(text)
     n = len(text)
@@ -187,7 +189,7 @@ class ChunkSpec:
 
 
 def split_curated_entries(lines: Sequence[str]) -> list[tuple[int, int, str]]:
-    """Entry spans ``(start_line, end_line, kind)`` of a curated file (§2.3)."""
+    """Entry spans ``(start_line, end_line, kind)`` of a curated file (upstream `host/markdown-chunks.ts`)."""
     spans: list[tuple[int, int, str]] = []
     start = 1
     kind = "entry" if lines and lines[0].startswith("- ") else "section"
@@ -270,7 +272,8 @@ def _overlap_carry(cur_text: list[str], cur_line: list[int], window: int) -> tup
 def chunk_markdown(
     content: str, tokens: int = 400, overlap: int = 80, *, per_entry: bool = False
 ) -> list[ChunkSpec]:
-    """Chunking v6 (§2.2): line-greedy in weighted chars with overlap carry; per-entry optional."""
+    """Chunking v6 (upstream `host/markdown-chunks.ts`): line-greedy in weighted chars with overlap carry;
+    per-entry optional."""
     # Curated files need the line list (entry spans); everything else streams its lines, so a large
     # transcript is not copied into a list of lines next to its chunks (peak memory).
     lines = content.split("\n") if per_entry else None
@@ -357,7 +360,7 @@ def remap_chunk_lines(chunks: list[ChunkSpec], line_map: Sequence[int] | None) -
 
 
 def chunk_id(source: str, path: str, start_line: int, end_line: int, chunk_hash: str, model: str) -> str:
-    """Chunk identity (§2.5): sha256 of ``source:path:start:end:hash:model``."""
+    """Chunk identity (upstream `host/markdown-chunks.ts`): sha256 of ``source:path:start:end:hash:model``."""
     return hash_text(f"{source}:{path}:{start_line}:{end_line}:{chunk_hash}:{model}")
 
 
@@ -432,7 +435,8 @@ def _scan_annotations(text: str, marker: re.Pattern[str], line_scoped: bool = Fa
 
 
 def strip_annotation_carriers(text: str) -> str:
-    """Remove single-line annotation carriers, then trailing spaces/tabs of every line (§2.4.1)."""
+    """Remove single-line annotation carriers, then trailing spaces/tabs of every line (upstream
+    `memory/manager-index-preparation.ts`)."""
     if "<!--" not in text:
         return text
     parts: list[str] = []
@@ -625,7 +629,8 @@ def prepare_chunks(
     max_input_bytes: int,
     line_map: Sequence[int] | None = None,
 ) -> list[PreparedChunk]:
-    """The §2.3-2.4 pipeline for one source file; ``max_input_bytes <= 0`` disables the split."""
+    """The chunking pipeline for one source file (upstream `host/markdown-chunks.ts`,
+    `memory/manager-index-preparation.ts`); ``max_input_bytes <= 0`` disables the split."""
     norm_path = path.replace("\\", "/")
     is_memory = source == "memory"
     per_entry = is_memory and norm_path in ("MEMORY.md", "USER.md")

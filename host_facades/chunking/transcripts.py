@@ -1,4 +1,4 @@
-"""Session transcript flattening (spec §1.5, upstream ``session-files.ts``); pure, streams lines.
+"""Session transcript flattening (upstream `host/session-files.ts`); pure, streams lines.
 
 A JSONL transcript becomes ``User: ...`` / ``Assistant: ...`` lines with a map back to the 1-based
 JSONL line numbers. Filters follow upstream's default host services: system wrappers, cron prompts,
@@ -384,7 +384,8 @@ def flatten_session_lines(
     generated_by_dreaming_narrative: bool = False,
     generated_by_cron_run: bool = False,
 ) -> FlattenedSession:
-    """Flatten JSONL lines (§1.5). ``archive``: the file is a ``.reset``/``.deleted`` archive, whose
+    """Flatten JSONL lines (upstream `host/session-files.ts`). ``archive``: the file is a
+    ``.reset``/``.deleted`` archive, whose
     content may reveal a cron run. Malformed JSON lines are skipped and counted; never raises on
     odd records."""
     collected: list[str] = []

@@ -1,4 +1,4 @@
-"""Loading sqlite-vec into an apsw connection (spec §3.4). Pure: no writer, no config."""
+"""Loading sqlite-vec into an apsw connection (upstream `host/sqlite-vec.ts`). Pure: no writer, no config."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The vector format: the one canonical BLOB encoding and unit-length rows.
 
-Canonical vectors are little-endian IEEE-754 float32 BLOBs, 4 bytes per dimension (spec D5).
+Canonical vectors are little-endian IEEE-754 float32 BLOBs, 4 bytes per dimension (docs/decisions.md D5).
 A BLOB whose length is not a multiple of 4 is invalid and decodes to an empty vector. Stored and
 query vectors are L2-normalised with :func:`normalize_rows` (embedding providers and workers alike).
 """

@@ -1,4 +1,5 @@
-"""Pure ranking over retrieved candidates (spec §6): merge, RRF, decay, multipliers, MMR, selection.
+"""Pure ranking over retrieved candidates (upstream `memory/manager.ts`): merge, RRF, decay, multipliers,
+MMR, selection.
 
 No I/O here: every function takes plain data or :class:`Candidate` lists and returns new orders
 or scores. It lives in ``host_facades`` so a worker can run a whole search (retrieval + ranking,
@@ -31,7 +32,7 @@ MEDIA_EXTENSIONS = frozenset({
 
 @dataclass(frozen=True)
 class RankingOptions:
-    """The knobs of §6 (defaults follow the Decisions: MMR and decay on, weights 0.7/0.3)."""
+    """The ranking knobs (defaults: docs/decisions.md D2 and D7: MMR and decay on, weights 0.7/0.3)."""
 
     vector_weight: float = 0.7
     text_weight: float = 0.3
@@ -46,8 +47,10 @@ class RankingOptions:
 
 
 def citation_for(path: str, start_line: int, end_line: int, *, always_range: bool = False) -> str:
-    """``path#Lx`` when the range is one line, else ``path#Lx-Ly`` (spec §9.1); with ``always_range``,
-    ``path#Lx-Ly`` for one line too (the legacy adapter's label, provider-runtime.md §3.4)."""
+    """``path#Lx`` when the range is one line, else ``path#Lx-Ly`` (upstream
+    `extensions/memory-core/src/tools.ts`); with ``always_range``,
+    ``path#Lx-Ly`` for one line too (the legacy adapter's label, upstream
+    `src/plugins/memory-provider-adapter.ts`)."""
     if start_line == end_line and not always_range:
         return f"{path}#L{start_line}"
     return f"{path}#L{start_line}-L{end_line}"
@@ -65,7 +68,7 @@ class Candidate:
     snippet: str
     vector_score: float = 0.0
     text_score: float = 0.0
-    ranking_score: float = 0.0   # boosted lexical score (§4.4)
+    ranking_score: float = 0.0   # boosted lexical score (upstream `memory/manager-search.ts`)
     path_score: float = 0.0
     exact: int = 0               # exact-path specificity 0..3
     has_body_match: bool = False
@@ -131,7 +134,7 @@ def is_non_text_media_path(path: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Temporal decay (§6.4)
+# Temporal decay (upstream `memory/temporal-decay.ts`)
 # ---------------------------------------------------------------------------------------------
 
 _DATED_RE = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")
@@ -216,7 +219,7 @@ def score_exact_path_tie_for_temporal_decay(content_score: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Importance and project multipliers (§6.5)
+# Importance and project multipliers (upstream `memory/project-ranking.ts`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -259,7 +262,7 @@ def project_multiplier(project_key: str | None, active: frozenset[str] | None) -
 
 
 # ---------------------------------------------------------------------------------------------
-# MMR (§6.3)
+# MMR (upstream `memory/mmr.ts`)
 # ---------------------------------------------------------------------------------------------
 
 _ASCII_TOKEN = re.compile(r"[a-z0-9_]+")
@@ -345,7 +348,7 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
 
 
 # ---------------------------------------------------------------------------------------------
-# Merge (§6.2 variant 3) and RRF (D7)
+# Merge (upstream `memory/hybrid.ts`) and RRF (docs/decisions.md D7)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -547,7 +550,7 @@ def _tiebreak(c: Candidate) -> tuple:
 
 def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int = 2,
                 vector_full: bool = False, keyword_full: bool = False) -> list[Candidate]:
-    """Score, adjust and order merged candidates (§6.2 variant 3 with the chosen fusion);
+    """Score, adjust and order merged candidates (upstream `memory/hybrid.ts` with the chosen fusion);
     ``vector_full`` / ``keyword_full``: the vector / BM25 search returned as many hits as it was asked for."""
     now_ms = opts.now_ms
     active = prepare_active_project_keys(opts.active_project_keys)
@@ -594,7 +597,8 @@ def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int
 
 
 def rank_keyword_only(candidates: list[Candidate], opts: RankingOptions) -> list[Candidate]:
-    """FTS-only ranking (§6.1 step 10): decay, multipliers, keyword order, exact public score."""
+    """FTS-only ranking (upstream `memory/manager.ts`): decay, multipliers, keyword order, exact public
+    score."""
     active = prepare_active_project_keys(opts.active_project_keys)
     for c in candidates:
         c.content_score = c.ranking_score if c.has_body_match else 0.0
@@ -640,7 +644,7 @@ def _mark_positions(before: Sequence[Candidate], after: Sequence[Candidate]) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-# Selection (§6.6)
+# Selection (upstream `memory/hybrid.ts`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -667,7 +671,7 @@ def select_scored(results: Sequence[Candidate], *, max_results: int, min_score: 
 
 
 # ---------------------------------------------------------------------------------------------
-# Metadata and the whole ranking step (§6.1 steps 10-11)
+# Metadata and the whole ranking step (upstream `memory/manager.ts`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -704,7 +708,8 @@ def rank_and_select(
     min_score: float,
     limit: int | None = None,
 ) -> tuple[list[Candidate], list[Candidate], bool]:
-    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6); ``limit`` is how many hits the
+    """Merge, adjust, order and select (upstream `memory/manager.ts`, `memory/hybrid.ts`); ``limit`` is how
+    many hits the
     vector and the BM25 search were each asked for (None: unknown).
 
     Returns ``(selected, ordered, vector_mode)``; ``vector_mode`` says whether hits carry a vector score.

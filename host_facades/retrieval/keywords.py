@@ -1,4 +1,4 @@
-"""The multilingual conversational keyword fallback (spec §4.6, upstream ``query-expansion.ts``):
+"""The multilingual conversational keyword fallback (upstream `host/query-expansion.ts`):
 stop-word-filtered keywords in seven languages, CJK unigrams and bigrams. Pure.
 """
 
@@ -14,7 +14,7 @@ KEYWORD_FALLBACK_SEARCH_TERM_LIMIT = 6
 
 
 # ---------------------------------------------------------------------------------------------
-# Conversational keyword fallback (§4.6, query-expansion.ts)
+# Conversational keyword fallback (upstream `host/query-expansion.ts`)
 # ---------------------------------------------------------------------------------------------
 
 STOP_WORDS_EN = frozenset("""a an the this that these those i me my we our you your he she it they them is are was were be

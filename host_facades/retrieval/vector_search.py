@@ -1,4 +1,5 @@
-"""Vector retrieval (spec §5): one ``knn_search`` over four backends, rows attached. Runs in workers too.
+"""Vector retrieval (upstream `memory/manager-search-vector.ts`): one ``knn_search`` over four backends,
+rows attached. Runs in workers too.
 
 ``knn_search(conn, qvec, limit=, model=, sources=, backend=)`` returns ``[{id, path, source,
 start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, whatever backend:
@@ -10,7 +11,7 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
   ``vector_state.FP16_MIN_ROWS`` rows int8 codes) rescored exactly from the same float32 matrix;
 - ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required;
 - ``scan`` (sqlite-vec asked for but not loadable): :func:`cosine_scan`, upstream's 256-row
-  batched scan (§5.3), which needs no in-memory state.
+  batched scan (upstream `memory/manager-search-vector.ts`), which needs no in-memory state.
 
 A chunk with several passages (``host_facades.chunking.pipeline.split_passages``) also has passage vectors
 (``memory_index_passage_vectors``); every backend scores it by the best of its own and its
@@ -63,7 +64,8 @@ def is_zero_vector(qvec: Any) -> bool:
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine over the shorter length; 0 for empty or zero-norm vectors (§5.3)."""
+    """Cosine over the shorter length; 0 for empty or zero-norm vectors (upstream
+    `memory/manager-search-vector.ts`)."""
     n = min(a.size, b.size)
     if n == 0:
         return 0.0
@@ -118,7 +120,7 @@ def load_rows(conn: apsw.Connection, scored: Sequence[tuple[str, float]]) -> lis
 
 
 # ---------------------------------------------------------------------------------------------
-# Scan fallback (§5.3)
+# Scan fallback (upstream `memory/manager-search-vector.ts`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -203,7 +205,7 @@ def with_passages(conn: apsw.Connection, qvec: Any, scored: Sequence[tuple[str, 
 
 
 # ---------------------------------------------------------------------------------------------
-# sqlite-vec KNN (§5.2)
+# sqlite-vec KNN (upstream `memory/manager-search-knn.ts`)
 # ---------------------------------------------------------------------------------------------
 
 

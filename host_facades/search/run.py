@@ -1,4 +1,5 @@
-"""One whole search on one read snapshot: retrieval, metadata, ranking, selection (spec §6.1).
+"""One whole search on one read snapshot: retrieval, metadata, ranking, selection (upstream
+`memory/manager.ts`).
 
 :func:`run_search` is the single implementation both the in-process path
 (``memory_core.search.engine.SearchEngine``) and the worker task (``workers.tasks`` op
@@ -55,7 +56,8 @@ def ranking_options(req: SearchRequest) -> ranking.RankingOptions:
 
 def vector_rows(conn: apsw.Connection, req: SearchRequest, q: np.ndarray,
                 vector_state: VectorStateFn | None, db_id: str | None) -> list[dict[str, Any]]:
-    """Vector retriever (§5): faiss/numpy on the generation's derived state, else sqlite-vec/scan."""
+    """Vector retriever (upstream `memory/manager-search-vector.ts`): faiss/numpy on the generation's
+    derived state, else sqlite-vec/scan."""
     return vector_search.knn_search(conn, q, limit=req.candidates, model=req.model, sources=list(req.sources),
                                     backend=req.backend, db_id=db_id, vector_state=vector_state)
 

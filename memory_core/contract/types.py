@@ -1,4 +1,4 @@
-"""The provider-neutral memory contract (spec provider-runtime.md §1) as pydantic models.
+"""The provider-neutral memory contract (upstream `src/plugins/memory-provider-types.ts`) as pydantic models.
 
 JSON field names are the spec's camelCase; optional fields are omitted, never null: serialise with
 :func:`to_json` (``model_dump(by_alias=True, exclude_none=True)``). Python attributes are snake_case.
@@ -44,7 +44,7 @@ def to_json(value: Any) -> Any:
     return value
 
 
-# --- references, citations (§1.4) -------------------------------------------------------------
+# --- references, citations (upstream `src/plugins/memory-provider-types.ts`) --------------------------------
 
 
 class MemoryReference(ContractModel):
@@ -65,7 +65,7 @@ class MemoryCitation(ContractModel):
     end_line: int | None = None
 
 
-# --- search (§1.5) ----------------------------------------------------------------------------
+# --- search (upstream `src/plugins/memory-provider-types.ts`) -----------------------------------------------
 
 
 class MemorySearchRequest(ContractModel):
@@ -103,7 +103,7 @@ class MemorySearchPage(ContractModel):
     warning: str | None = None
 
 
-# --- get (§1.6) -------------------------------------------------------------------------------
+# --- get (upstream `src/plugins/memory-provider-types.ts`) --------------------------------------------------
 
 
 class MemoryGetRequest(ContractModel):
@@ -130,7 +130,7 @@ class MemoryGetNotFound(ContractModel):
 MemoryGetResult = Annotated[Union[MemoryGetOk, MemoryGetNotFound], Field(discriminator="status")]
 
 
-# --- health, candidates, capabilities (§1.7-1.9) --------------------------------------------
+# --- health, candidates, capabilities (upstream `src/plugins/memory-provider-types.ts`) ---------------------
 
 
 class MemoryHealth(ContractModel):
@@ -155,7 +155,7 @@ class MemoryProviderCapabilities(ContractModel):
     project_filter: bool
 
 
-# --- caller authority (§1.3) -----------------------------------------------------------------
+# --- caller authority (upstream `src/plugins/memory-provider-types.ts`) -------------------------------------
 
 
 class ConversationRecallContext(ContractModel):

@@ -3,7 +3,8 @@
 
 v1 (no ``version`` or ``version: 1``) answers in the released OpenClaw 2026.9.6 shape
 ``{agentId, provider, searchMode, results, stale?, warning?, action?}`` from the agent's engine
-(the legacy manager path). v2, get and status are the neutral handler of provider-runtime.md §4.2:
+(the legacy manager path). v2, get and status are the neutral handler of upstream
+`src/gateway/server-methods/memory-provider.ts`:
 validate, open the ``memory-core`` provider through host enforcement (``memory_core.host``) with
 operator authority and purpose ``"cli"``, call exactly one method, recheck currency, answer
 ``{version: 2, agentId, providerId, ...result}``, map any failure to ``UNAVAILABLE`` and always
@@ -226,7 +227,8 @@ class MemoryMethods:
         return payload
 
     async def search_v1_legacy(self, request: Any, agent_id: str, runtime: Any) -> dict[str, Any]:
-        """v1 when the slot owner is a legacy plugin (provider-runtime.md §3.3): its manager, opened
+        """v1 when the slot owner is a legacy plugin (upstream
+        `src/gateway/server-methods/memory-search.ts`): its manager, opened
         with purpose "cli" and always closed, answers with its raw results, unfiltered."""
         cfg = self.service.agent_config(agent_id)
         try:
@@ -323,7 +325,8 @@ class MemoryMethods:
         return agent
 
     async def doctor_status(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
-        """``doctor.memory.status`` for a native owner (provider-runtime.md §4.3): the provider's health
+        """``doctor.memory.status`` for a native owner (upstream
+        `src/gateway/server-methods/memory-provider.ts`): the provider's health
         read with operator authority and purpose "status"; any failure is ``health.status: unavailable``."""
         agent_id = self._doctor_agent(params)
         provider_id = self.service.provider_id

@@ -1,8 +1,9 @@
 """Input validation of the gateway memory methods, before any provider or engine call.
 
 Messages are upstream's exactly: the v1 ``memory.search`` rules of ``memory-search.ts``
-(provider-runtime.md §3.3/§4.1, gateway-protocol.md §6.3) and the neutral v2/get/status rules of
-``memory-provider.ts`` (provider-runtime.md §4.2). Every failure is an ``INVALID_REQUEST``.
+(upstream `src/gateway/server-methods/memory-search.ts`) and the neutral v2/get/status rules of
+``memory-provider.ts`` (upstream `src/gateway/server-methods/memory-provider.ts`). Every failure is an
+``INVALID_REQUEST``.
 """
 
 from __future__ import annotations

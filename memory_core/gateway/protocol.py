@@ -1,4 +1,5 @@
-"""OpenClaw gateway protocol 4: frames, the handshake and error shapes (gateway-protocol.md §3).
+"""OpenClaw gateway protocol 4: frames, the handshake and error shapes (upstream
+`src/gateway/protocol/schema/frames.ts`).
 
 Pure functions and small types, no I/O: the server (``server.py``) drives them. Every error frame
 carries a non-empty ``code`` and ``message``; a real client silently drops anything else and hangs.
@@ -37,7 +38,8 @@ READ_SCOPE = "operator.read"
 WRITE_SCOPE = "operator.write"
 ADMIN_SCOPE = "operator.admin"
 
-# The method-scope table: every served method is an operator.read method (provider-runtime §4.2).
+# The method-scope table: every served method is an operator.read method (upstream
+# `src/gateway/server-methods/memory-provider.ts`).
 METHOD_SCOPES: dict[str, str] = {
     "memory.search": READ_SCOPE,
     "memory.get": READ_SCOPE,

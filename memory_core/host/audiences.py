@@ -1,4 +1,4 @@
-"""Host-minted memory audiences (spec provider-runtime.md §2.1 steps 2-4, checklist 34).
+"""Host-minted memory audiences (upstream `src/plugins/memory-runtime.ts`).
 
 Only :meth:`AudienceRegistry.mint_owner_private` / :meth:`mint_conversation` / :meth:`delegate`
 create audiences the host accepts. Acceptance is an identity check (``registry[id(obj)] is obj``):

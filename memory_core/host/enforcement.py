@@ -1,4 +1,4 @@
-"""Host enforcement around a memory provider (spec provider-runtime.md §2, checklist 33-40).
+"""Host enforcement around a memory provider (upstream `src/plugins/memory-runtime.ts`).
 
 :class:`MemoryHost` resolves the memory slot owner and opens a caller-bound lease
 (``getActiveMemoryProviderCore``): it checks the caller context and its audience *before* ``open``,
@@ -48,7 +48,7 @@ from memory_core.contract.types import (
     SessionAuthority,
 )
 
-# Exact upstream messages (§2).
+# Exact upstream messages (upstream `src/plugins/memory-runtime.ts`).
 REQUIRES_ASSERT_CURRENT = "memory provider requires caller authority with assertCurrent"
 REQUIRES_MINTED_AUDIENCE = "memory provider requires a host-minted memory audience"
 RUNTIME_MUST_IMPLEMENT_OPEN = "memory providerRuntime must implement open"
@@ -136,7 +136,7 @@ def is_valid_capabilities(caps: Any) -> bool:
 
 
 def validate_handle(provider: Any) -> None:
-    """§2.1 step 7: methods present, capabilities valid, candidates parity."""
+    """upstream `src/plugins/memory-runtime.ts`: methods present, capabilities valid, candidates parity."""
     caps = raw_capabilities(provider)
     ok = (
         all(callable(getattr(provider, name, None)) for name in ("search", "get", "health", "close"))
@@ -317,7 +317,8 @@ async def refresh_memory_provider_with_handoff(provider: Any, on_started: Callab
 
 
 class MemoryHost:
-    """The host side of the memory slot: resolve the owner, open a lease, bind it (§2.1)."""
+    """The host side of the memory slot: resolve the owner, open a lease, bind it (upstream
+    `src/plugins/memory-runtime.ts`)."""
 
     def __init__(self, owner: MemoryCapabilityRegistration | None, *, slot_id: str | None = None,
                  audiences: AudienceRegistry = HOST_AUDIENCES) -> None:
@@ -341,7 +342,8 @@ class MemoryHost:
         return {"backend": "builtin"} if self.owner is not None and self.owner.runtime is not None else None
 
     async def open(self, params: MemoryProviderOpenParams) -> MemoryProviderOpenResult:
-        """``getActiveMemoryProviderCore``: every step of §2.1 in order."""
+        """``getActiveMemoryProviderCore``: every step of upstream `src/plugins/memory-runtime.ts` in
+        order."""
         original = params.context
         if not callable(getattr(original, "assert_current", None)):
             raise ProviderContractError(REQUIRES_ASSERT_CURRENT)
@@ -399,9 +401,10 @@ class MemoryHost:
 
 
 def native_owner_v1_refusal(host: MemoryHost) -> str | None:
-    """Upstream §4.1: the v1 ``memory.search`` message for a native slot owner (None for legacy owners).
+    """upstream `src/gateway/server-methods/memory-search.ts`: the v1 ``memory.search`` message for a native
+    slot owner (None for legacy owners).
 
-    memory-core's own gateway answers v1 with the 2026.9.6 shape instead (engine.md D8); hosts that
+    memory-core's own gateway answers v1 with the 2026.9.6 shape instead (docs/decisions.md D8); hosts that
     front other native providers use this to refuse v1 before opening anything.
     """
     backend = host.backend_config()

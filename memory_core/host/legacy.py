@@ -1,4 +1,5 @@
-"""The legacy adapter (spec provider-runtime.md §3.4-3.5) and session-hit authorization (§5).
+"""The legacy adapter (upstream `src/plugins/memory-provider-adapter.ts`) and session-hit authorization
+(upstream `extensions/memory-core/src/session-search-visibility.ts`).
 
 A legacy owner registers a file-shaped *runtime* (``get_memory_search_manager`` plus an optional
 ``authorize_search_hits`` hook) instead of a provider runtime. :func:`adapt_legacy_memory_provider`
@@ -66,7 +67,8 @@ class MemoryProvenance(LegacyModel):
 
 
 class MemorySearchResult(LegacyModel):
-    """The legacy file-shaped hit (§3.2), as a legacy manager returns it; memory-core's own hits take
+    """The legacy file-shaped hit (upstream `src/memory-host-sdk/host/types.ts`), as a legacy manager
+    returns it; memory-core's own hits take
     this shape from ``surfaces.render.legacy_result`` and, without ``citation``, are the v1 ``results[]``."""
 
     path: str
@@ -96,7 +98,8 @@ def as_memory_search_result(value: Any) -> MemorySearchResult:
 
 
 def convert_legacy_hit(provider_id: str, hit: MemorySearchResult) -> MemorySearchHit:
-    """§3.4 hit conversion: path reference with an ``L<start>-L<end>`` fragment, one citation."""
+    """upstream `src/plugins/memory-provider-adapter.ts` hit conversion: path reference with an
+    ``L<start>-L<end>`` fragment, one citation."""
     reference = MemoryReference(provider_id=provider_id, id=hit.path,
                                 fragment=f"L{hit.start_line}-L{hit.end_line}")
     project_keys = project_keys_of(hit.project_key)
@@ -232,7 +235,7 @@ async def adapt_legacy_memory_provider(runtime: Any, provider_id: str,
     return MemoryProviderOpenResult(provider=LegacyMemoryProvider(runtime, manager, provider_id, params))
 
 
-# --- memory-core's session visibility authorizer (§5) ------------------------------------------
+# --- memory-core's session visibility authorizer (upstream `extensions/memory-core/src/session-search-visibility.ts`)
 
 _CHILD_SUFFIX = re.compile(r"^(?P<anchor>.+):active-memory:[0-9a-f]{12}$")
 

@@ -1,4 +1,5 @@
-"""memory-core's legacy, file-shaped runtime (upstream ``MemoryPluginRuntime``; spec §1.1, §3.2).
+"""memory-core's legacy, file-shaped runtime (upstream ``MemoryPluginRuntime``; upstream
+`src/plugins/registry-contribution-types.ts`, `src/memory-host-sdk/host/types.ts`).
 
 The same engines as the provider runtime (one :class:`MemoryCoreProviderRuntime` owns them) seen
 through the older contract a host's legacy adapter drives (:mod:`memory_core.host.legacy`):

@@ -1,4 +1,5 @@
-"""The memory-core provider runtime (provider id ``memory-core``; spec provider-runtime.md §1, §5).
+"""The memory-core provider runtime (provider id ``memory-core``; upstream
+`src/plugins/memory-provider-types.ts`, `extensions/memory-core/src/session-search-visibility.ts`).
 
 ``MemoryCoreProviderRuntime.open(params)`` returns a caller-bound :class:`MemoryCoreProvider` lease
 or ``{provider: None, error}``. The lease authorizes from the supplied authority alone:
@@ -6,7 +7,7 @@ or ``{provider: None, error}``. The lease authorizes from the supplied authority
 * an operator acts for the opened agent (memory and session transcripts);
 * a session with a host-minted *owner-private* audience for the same agent reads memory and the
   agent's own transcripts (a sandboxed session reads memory only; a ``conversationRecall`` pass
-  narrows what is admitted, §5);
+  narrows what is admitted, upstream `extensions/memory-core/src/session-search-visibility.ts`);
 * a session without an audience, a conversation audience, another agent's audience, and a host
   authority get no stored data: ``search`` returns an empty page with a warning, ``get`` raises.
 
@@ -338,7 +339,7 @@ class MemoryCoreProviderRuntime:
         return MemoryProviderOpenResult(provider=MemoryCoreProvider(self, params.agent_id, params.context,
                                                                     params.purpose))
 
-    # --- lifecycle hooks shared with the legacy runtime (provider-runtime.md §1.1) ------------
+    # --- lifecycle hooks shared with the legacy runtime (upstream `src/plugins/registry-contribution-types.ts`)
 
     def prepare_reload(self, retire_runtime: bool = False, retiring_embedding_providers: Any = ()) -> Any:
         """``prepareReload``: fence engines a reload retires; ``await .drain()`` closes them, ``.resume()``."""

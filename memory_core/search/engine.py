@@ -1,4 +1,4 @@
-"""Search orchestration (spec §6.1) on the owner side.
+"""Search orchestration (upstream `memory/manager.ts`) on the owner side.
 
 The search itself (retrievers, recall metadata, ranking, selection on one read snapshot) is ONE
 function, :func:`host_facades.search.run.run_search`, which :class:`SearchEngine` calls either
@@ -96,7 +96,8 @@ def rank_results(
     max_results: int,
     min_score: float,
 ) -> tuple[list[SearchHit], list[ranking.Candidate]]:
-    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6): ``(hits, ordered candidates)``."""
+    """Merge, adjust, order and select (upstream `memory/manager.ts`, `memory/hybrid.ts`): ``(hits, ordered
+    candidates)``."""
     selected, ordered, vector_mode = ranking.rank_and_select(
         mode=mode, keyword_hits=keyword_hits, vector_hits=vector_hits, metadata=metadata, opts=opts,
         max_results=max_results, min_score=min_score)
@@ -148,7 +149,7 @@ def _settings_of(c: MemoryCoreConfig) -> _Settings:
 
 
 def candidate_count(max_results: int, multiplier: float) -> int:
-    """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (§6.1 step 9)."""
+    """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (upstream `memory/manager.ts`)."""
     return min(MAX_CANDIDATES, max(1, math.floor(max_results * multiplier)))
 
 
@@ -161,7 +162,7 @@ def _checked_numbers(max_results: Any, min_score: Any, default_results: Any,
 
 class SearchEngine:
     """Search over one agent database. ``provider`` None means keyword-only (FTS-only) unless the
-    configuration names a provider, in which case search fails closed (D4).
+    configuration names a provider, in which case search fails closed (docs/decisions.md D4).
 
     Hooks (both optional): ``identity_check()`` returns a list of mismatched identity keys (or
     raises IndexPaused); ``now_ms()`` is the clock temporal decay uses. An empty index answers no

@@ -40,7 +40,8 @@ def wire(hit: Any) -> dict[str, Any]:
 
 
 def legacy_result(hit: Any) -> dict[str, Any]:
-    """The legacy ``MemorySearchResult`` dict (provider-runtime.md §3.2): no internal id or mtime."""
+    """The legacy ``MemorySearchResult`` dict (upstream `src/memory-host-sdk/host/types.ts`): no internal id
+    or mtime."""
     return surface_dict(hit, "legacy")
 
 
