@@ -25,7 +25,7 @@ from memory_core.config import MemoryCoreConfig, load_config
 from memory_core.core import MemoryCore
 from memory_core.errors import MemoryManagerReloading
 from memory_core.flush_plan import build_memory_flush_plan
-from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
+from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost
 from memory_core.manifest import MANIFEST_SCHEMA, build_manifest, load_manifest
 from memory_core.prompt_section import build_prompt_section
 from memory_core.contract.types import MemoryProviderOpenParams

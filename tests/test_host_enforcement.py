@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from memory_core.errors import AuthorityNotCurrent, CapabilityNotDeclared, Forbidden, InvalidRequest, ProviderContractError
-from memory_core.host.audiences import AudienceRegistry
-from memory_core.host.enforcement import (
+from memory_core.slot.audiences import AudienceRegistry
+from memory_core.slot.enforcement import (
     BoundMemoryProvider,
     MemoryCapabilityRegistration,
     MemoryHost,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from memory_core.errors import ProviderContractError
-from memory_core.host.audiences import AudienceRegistry
-from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
-from memory_core.host.legacy import MemorySearchResult, SessionVisibilityAuthorizer
+from memory_core.slot.audiences import AudienceRegistry
+from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost
+from memory_core.slot.legacy import MemorySearchResult, SessionVisibilityAuthorizer
 from memory_core.contract.types import (
     ConversationRecallContext,
     HostAuthority,

@@ -27,8 +27,8 @@ from memory_core.errors import (
     InvalidRequest,
     ProviderUnavailable,
 )
-from memory_core.host.audiences import AudienceRegistry
-from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost, is_valid_capabilities
+from memory_core.slot.audiences import AudienceRegistry
+from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost, is_valid_capabilities
 from memory_core.provider import runtime as rt
 from memory_core.provider.runtime import (
     CAPABILITIES,

@@ -8,7 +8,7 @@ from dataclasses import fields
 
 from host_facades.search.hit import surface_fields
 from host_facades.ranking.rank import citation_for, project_keys_of, project_multiplier
-from memory_core.host.legacy import MemorySearchResult, convert_legacy_hit
+from memory_core.slot.legacy import MemorySearchResult, convert_legacy_hit
 from memory_core.provider.runtime import project_admits
 from memory_core.surfaces import render
 from memory_core.search.types import SearchHit

@@ -5,7 +5,7 @@ v1 (no ``version`` or ``version: 1``) answers in the released OpenClaw 2026.9.6 
 ``{agentId, provider, searchMode, results, stale?, warning?, action?}`` from the agent's engine
 (the legacy manager path). v2, get and status are the neutral handler of upstream
 `src/gateway/server-methods/memory-provider.ts`:
-validate, open the ``memory-core`` provider through host enforcement (``memory_core.host``) with
+validate, open the ``memory-core`` provider through host enforcement (``memory_core.slot``) with
 operator authority and purpose ``"cli"``, call exactly one method, recheck currency, answer
 ``{version: 2, agentId, providerId, ...result}``, map any failure to ``UNAVAILABLE`` and always
 close the lease. Blocking engine work runs in threads so the event loop keeps serving.
@@ -30,8 +30,8 @@ from memory_core.gateway.params import (
     parse_v1_search,
 )
 from memory_core.gateway.protocol import INVALID_REQUEST, GatewayError, Session, invalid_request, unavailable
-from memory_core.host.awaiting import resolve
-from memory_core.host.legacy import acquire_legacy_manager, as_memory_search_result
+from memory_core.slot.awaiting import resolve
+from memory_core.slot.legacy import acquire_legacy_manager, as_memory_search_result
 from memory_core.contract.types import (
     AbortSignal,
     MemoryCallerContext,
@@ -71,7 +71,7 @@ class MemoryService:
     """
 
     def __init__(self, config: MemoryCoreConfig, *, provider_id: str = PROVIDER_ID) -> None:
-        from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
+        from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost
         from memory_core.provider.runtime import MemoryCoreProviderRuntime
 
         self.config = config

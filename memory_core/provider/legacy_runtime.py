@@ -2,7 +2,7 @@
 `src/plugins/registry-contribution-types.ts`, `src/memory-host-sdk/host/types.ts`).
 
 The same engines as the provider runtime (one :class:`MemoryCoreProviderRuntime` owns them) seen
-through the older contract a host's legacy adapter drives (:mod:`memory_core.host.legacy`):
+through the older contract a host's legacy adapter drives (:mod:`memory_core.slot.legacy`):
 ``get_memory_search_manager`` hands out a manager over the agent's engine (``search`` answers
 ``MemorySearchResult`` dicts, ``read_file`` is the read boundary, ``status`` and ``sync``);
 ``authorize_search_hits`` keeps session hits only for a sessionless (trusted) caller of the same agent,

@@ -46,7 +46,7 @@ from memory_core.errors import (
     MemoryManagerReloading,
     ProviderUnavailable,
 )
-from memory_core.host.awaiting import race_with_signal
+from memory_core.slot.awaiting import race_with_signal
 from memory_core.provider.lifecycle import RELOADING, ReloadFence
 from memory_core.contract.types import (
     ConversationRecallContext,

@@ -28,7 +28,7 @@ from pydantic.alias_generators import to_camel
 
 from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.errors import ProviderContractError
-from memory_core.host.awaiting import resolve
+from memory_core.slot.awaiting import resolve
 from memory_core.contract.types import (
     AutomaticRecall,
     ConversationRecallContext,

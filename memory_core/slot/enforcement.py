@@ -25,9 +25,9 @@ from memory_core.errors import (
     InvalidRequest,
     ProviderContractError,
 )
-from memory_core.host.audiences import HOST_AUDIENCES, AudienceRegistry
-from memory_core.host.awaiting import race_with_signal, resolve
-from memory_core.host.legacy import adapt_legacy_memory_provider
+from memory_core.slot.audiences import HOST_AUDIENCES, AudienceRegistry
+from memory_core.slot.awaiting import race_with_signal, resolve
+from memory_core.slot.legacy import adapt_legacy_memory_provider
 from memory_core.contract.types import (
     CANDIDATE_KINDS,
     MEMORY_SOURCES,
