@@ -8,6 +8,7 @@ The caller owns the read transaction; chunks that no longer exist are simply abs
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,3 +62,20 @@ def provenance_of(row: dict[str, Any]) -> dict[str, Any] | None:
     if row.get("supersedes_key") is not None:
         out["supersedes_key"] = row["supersedes_key"]
     return out
+
+
+def triggers_text(raw: Any) -> str | None:
+    """A chunk's triggers as one display string (``"a; b"``), None when it has none: the one trigger
+    normaliser. Stored triggers are JSON array text; a legacy manager may hand a list or plain text."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw.strip() or None
+        raw = parsed
+    if isinstance(raw, list):
+        items = [str(t).strip() for t in raw if str(t).strip()]
+        return "; ".join(items) or None
+    return str(raw).strip() or None

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from host_facades.db.chunk_rows import triggers_text
 from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.errors import ProviderContractError
 from memory_core.slot.awaiting import resolve
@@ -103,9 +104,7 @@ def convert_legacy_hit(provider_id: str, hit: MemorySearchResult) -> MemorySearc
     reference = MemoryReference(provider_id=provider_id, id=hit.path,
                                 fragment=f"L{hit.start_line}-L{hit.end_line}")
     project_keys = project_keys_of(hit.project_key)
-    triggers = hit.triggers
-    if isinstance(triggers, list):
-        triggers = "; ".join(triggers)
+    triggers = triggers_text(hit.triggers)
     eligible = (hit.source == "memory" and is_automatic_memory_entry_eligible(hit)
                 and project_keys != [])
     return MemorySearchHit(

@@ -16,11 +16,11 @@ the one declaration, ``host_facades/search/hit.py``. Citations come from
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from host_facades.db.chunk_rows import triggers_text
 from host_facades.search.hit import surface_dict, surface_fields
 from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.output import escape_control
@@ -81,22 +81,6 @@ def mcp_result(hit: Any, *, cite: bool) -> dict[str, Any]:
     return data
 
 
-def normalize_triggers(raw: Any) -> str | None:
-    """Stored triggers are JSON array text; consumers get one string."""
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            return raw.strip() or None
-        raw = parsed
-    if isinstance(raw, list):
-        items = [str(t).strip() for t in raw if str(t).strip()]
-        return "; ".join(items) or None
-    return str(raw).strip() or None
-
-
 def automatic_recall(source: str, provenance: dict[str, Any] | None, project_key: str | None,
                      triggers: Any, importance: Any) -> AutomaticRecall:
     """Eligible only for owner/agent memory entries whose project annotation (if any) is usable."""
@@ -104,7 +88,7 @@ def automatic_recall(source: str, provenance: dict[str, Any] | None, project_key
     origin = (provenance or {}).get("origin_class") or (provenance or {}).get("originClass")
     eligible = (source == "memory" and origin in ("owner", "agent") and keys != []
                 and INVALID_PROJECT_KEY not in (keys or []))
-    return AutomaticRecall(eligible=eligible, project_keys=keys or None, triggers=normalize_triggers(triggers),
+    return AutomaticRecall(eligible=eligible, project_keys=keys or None, triggers=triggers_text(triggers),
                            importance=importance if isinstance(importance, int | float) else None)
 
 
