@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from host_facades.chunking.pipeline import strip_annotation_carriers
 from host_facades.db.chunk_rows import triggers_text
 from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.errors import ProviderContractError
@@ -47,7 +48,6 @@ from memory_core.contract.types import (
     MemorySearchRequest,
     SessionAuthority,
 )
-from memory_core.surfaces.render import strip_memory_annotation_carriers
 
 LEGACY_NO_CURSORS = "legacy memory search does not support cursors"
 MANAGER_NO_SEARCH = "memory runtime manager must implement search"
@@ -109,7 +109,7 @@ def convert_legacy_hit(provider_id: str, hit: MemorySearchResult) -> MemorySearc
                 and project_keys != [])
     return MemorySearchHit(
         reference=reference,
-        excerpt=strip_memory_annotation_carriers(hit.snippet),
+        excerpt=strip_annotation_carriers(hit.snippet),
         score=hit.score,
         source=hit.source,
         citations=[MemoryCitation(label=hit.citation or citation_for(hit.path, hit.start_line, hit.end_line,

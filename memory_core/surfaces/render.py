@@ -16,10 +16,10 @@ the one declaration, ``host_facades/search/hit.py``. Citations come from
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from host_facades.chunking.pipeline import strip_annotation_carriers
 from host_facades.db.chunk_rows import triggers_text
 from host_facades.search.hit import surface_dict, surface_fields
 from host_facades.ranking.rank import citation_for, project_keys_of
@@ -55,22 +55,12 @@ def v1_result_of_legacy(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k not in _V1_DROPPED}
 
 
-_CARRIER = re.compile(r"^[ \t]*<!--\s*(?:importance|trigger|triggers|project)\s*:.*?-->[ \t]*$",
-                      re.IGNORECASE | re.MULTILINE)
-
-
-def strip_memory_annotation_carriers(text: str) -> str:
-    """Remove single-line ``<!-- importance|trigger|project: ... -->`` carriers; trim trailing spaces."""
-    stripped = _CARRIER.sub("", text)
-    return "\n".join(line.rstrip() for line in stripped.split("\n"))
-
-
 def mcp_result(hit: Any, *, cite: bool) -> dict[str, Any]:
     """The MCP ``memory_search`` entry: the legacy result with annotation carriers stripped from the
     snippet and a ``corpus``; with ``cite``, the citation last and a ``Source:`` line in the snippet."""
     data = surface_dict(hit, "v1")
     data["corpus"] = data.get("source", "memory")
-    snippet = strip_memory_annotation_carriers(data["snippet"])
+    snippet = strip_annotation_carriers(data["snippet"])
     if cite:
         citation = citation_for(hit.path, hit.start_line, hit.end_line)
         snippet = f"{snippet.rstrip()}\n\nSource: {citation}"
