@@ -6,9 +6,9 @@ in-process on its cached reader or, with a ``retriever`` (workers/retriever.py),
 task on one leased generation: pooled and in-process results are identical by construction.
 Both paths take one frozen :class:`~host_facades.search.edge.SearchRequest` and answer one
 :class:`~host_facades.search.edge.SearchReply`. The owner does only trim/validation, the identity
-check, the forced sync on an empty index, the query embedding, candidates = min(200, max(1,
-floor(maxResults x multiplier))), and building :class:`SearchHit` objects from the reply
-(:func:`~memory_core.search.types.hits_from_reply`).
+check, the query embedding (for every surface), candidates = min(200, max(1, floor(maxResults x
+multiplier))), and the one :class:`~memory_core.search.types.SearchResults` of the reply (its
+``SearchHit`` objects, revision and, with ``details``, what ``--explain`` shows).
 
 :func:`rank_results` is the pure ranking step on its own (tests).
 """
