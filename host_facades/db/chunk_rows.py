@@ -64,6 +64,11 @@ def provenance_of(row: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def has_triggers(raw: Any) -> bool:
+    """Whether a stored triggers value names any (the rule :func:`memory_candidates`' SQL applies)."""
+    return isinstance(raw, str) and raw.strip() not in ("", "[]")
+
+
 def triggers_text(raw: Any) -> str | None:
     """A chunk's triggers as one display string (``"a; b"``), None when it has none: the one trigger
     normaliser. Stored triggers are JSON array text; a legacy manager may hand a list or plain text."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.db.chunk_rows import provenance_of, triggers_text
+from host_facades.db.chunk_rows import has_triggers, provenance_of
 
 DAY_MS = 24 * 60 * 60 * 1000
 DEFAULT_RRF_K = 60
@@ -686,7 +686,7 @@ def attach_metadata(cands: list[Candidate], meta: dict[str, dict[str, Any]]) -> 
         imp = m.get("importance")
         c.importance = int(imp) if isinstance(imp, (int, float)) and not isinstance(imp, bool) else None
         trig = m.get("triggers")  # kept as stored (JSON text) when it names any trigger
-        c.triggers = trig.strip() if isinstance(trig, str) and triggers_text(trig) is not None else None
+        c.triggers = trig.strip() if has_triggers(trig) else None
         pk = m.get("project_key")
         c.project_key = pk.strip() if isinstance(pk, str) and pk.strip() else None
         c.provenance = provenance_of(m)

@@ -89,32 +89,35 @@ def surface_dict(hit: Any, surface: str) -> dict[str, Any]:
     return out
 
 
-# How a selected candidate fills a field other than by its same-named attribute; a field the
-# candidate lacks comes from the chunk's stored row (``Candidate.row``).
+# How a selected candidate fills a field other than by its same-named attribute (``vm``: the search
+# has vector scores); a field the candidate lacks comes from the chunk's stored row (``Candidate.row``).
 _FROM_CANDIDATE = {
-    "score": lambda c, vector_mode: float(c.score),
-    "vector_score": lambda c, vector_mode: float(c.vector_score) if vector_mode else None,
-    "text_score": lambda c, vector_mode: float(c.text_score),
-    "citation": lambda c, vector_mode: citation_for(c.path, c.start_line, c.end_line),
+    "score": "float(c.score)",
+    "vector_score": "float(c.vector_score) if vm else None",
+    "text_score": "float(c.text_score)",
+    "citation": "citation_for(c.path, c.start_line, c.end_line)",
 }
 _CANDIDATE_FIELDS = frozenset(f.name for f in fields(Candidate))
 
 
-def _getter(name: str) -> Any:
+def _expression(name: str) -> str:
     if name in _FROM_CANDIDATE:
         return _FROM_CANDIDATE[name]
     if name in _CANDIDATE_FIELDS:
-        return lambda c, vector_mode: getattr(c, name)
-    return lambda c, vector_mode: (c.row or {}).get(name)
+        return f"c.{name}"
+    return f"(c.row or {{}}).get({name!r})"
 
 
-_GETTERS = tuple(_getter(name) for name in HIT_FIELDS)
+# one tuple display built from the fields, compiled once (as dataclasses builds __init__): a row is
+# built for every hit of every search, in the worker
+_ROW = eval("lambda c, vm: (" + "".join(f"{_expression(n)}, " for n in HIT_FIELDS) + ")",  # noqa: S307
+            {"citation_for": citation_for})
 
 
 def hit_row(c: Candidate, *, vector_mode: bool) -> tuple[Any, ...]:
     """A selected candidate as a row of :data:`HIT_FIELDS` (``vector_score`` None outside the
     vector and hybrid modes): what a worker's reply carries."""
-    return tuple([get(c, vector_mode) for get in _GETTERS])
+    return _ROW(c, vector_mode)
 
 
 def hit_from_row(row: tuple[Any, ...]) -> SearchHit:
