@@ -246,7 +246,7 @@ mode = sys.argv[1]
 from memory_core.config import MemoryCoreConfig
 from memory_core.core import MemoryCore
 if mode == "baseline":
-    import memory_core.indexer, memory_core.sources, host_facades.chunking
+    import memory_core.indexer, memory_core.sources, host_facades.chunking.pipeline
     print(json.dumps({{"ok": True}}))
     sys.exit(0)
 ws, state, sessions = sys.argv[2:5]

@@ -104,7 +104,7 @@ async def interleaved_latency(url: str, core: Any, queries: list[str], samples: 
             core.search(q, max_results=MAX_RESULTS)
             rows["in_process"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            core.search_with_details(q, max_results=window, candidates_for=MAX_RESULTS, details=False)
+            core.search(q, max_results=window, candidates_for=MAX_RESULTS)
             rows["in_process_v2_window"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             await client.call("memory.search", _params(q, None))

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks import add_json_argument, emit, progress_log
-from host_facades.chunking import split_passages
+from host_facades.chunking.pipeline import split_passages
 
 TARGET_KEYWORD_SECONDS = 60.0
 TARGET_X_PLAIN_ENCODE = 0.9  # the local index embeds at >= 0.9x a plain batch encode of the same chunks

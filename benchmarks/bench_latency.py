@@ -87,8 +87,8 @@ def build_db(path: str, texts: Sequence[str], vecs: np.ndarray) -> None:
     """Bulk-write the index with the store schema (FTS by triggers, vec0 filled from canonical BLOBs)."""
     import apsw
 
-    from host_facades.sqlite_ext import load_sqlite_vec
-    from host_facades.vectors import encode_vector
+    from host_facades.db.sqlite_ext import load_sqlite_vec
+    from host_facades.db.vectors import encode_vector
     from memory_core.store import schema
 
     conn = apsw.Connection(path)
@@ -145,8 +145,8 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
     """One size's rows; ``samples[row]`` receives each row's raw latencies (for ``--plot``)."""
     import faiss
 
-    from host_facades.sqlite_read import open_readonly
-    from host_facades.fts_query import build_fts_query
+    from host_facades.db.sqlite_read import open_readonly
+    from host_facades.retrieval.fts_query import build_fts_query
     from memory_core.config import MemoryCoreConfig
     from memory_core.search.engine import SearchEngine
 

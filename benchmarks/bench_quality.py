@@ -11,7 +11,7 @@ the relevant file is the one holding the query's synset). ``--ci`` runs wordnet-
 packed set built from wordnet-100.
 
 Systems, all in one run on the same data: memory-core keyword-only (with and without the
-OR-probe fix), vector-only, the hybrid under every fusion of ``host_facades.ranking.FUSIONS``
+OR-probe fix), vector-only, the hybrid under every fusion of ``host_facades.ranking.rank.FUSIONS``
 and, as a sanity row, the weighted hybrid with vectorWeight 0 and MMR off, whose ranking must be
 keyword-only's (all through ``SearchEngine`` on a real index written by ``IndexWriter``, with the
 passage vectors of multi-line entries as the indexer writes them), and the
@@ -20,7 +20,7 @@ with ``min_score = 0`` and ``max_results = 10`` so selection thresholds do not t
 ``--dataset lee`` adds the Lee corpus read from a gensim wheel (lead sentence -> rest of article).
 
 What memory-core changes in upstream's keyword retrieval, and why (all in
-``host_facades/fts_query.py`` and ``fts_search.py``; the strict query, exact-path tiers, boosted score and selection are
+``host_facades/retrieval/fts_query.py`` and ``fts_search.py``; the strict query, exact-path tiers, boosted score and selection are
 upstream's):
 
 1. OR probe. Upstream runs the strict AND query, then (when fewer than ``limit`` non-exact hits
@@ -272,9 +272,9 @@ def doc_path(key: str) -> str:
 
 def embed_passages_all(docs: Sequence[tuple[str, str]], provider: Any, label: str, *,
                        cache: str | None = None) -> list[np.ndarray | None]:
-    """Per entry, its passages' vectors (``host_facades.chunking.split_passages``; None for an
+    """Per entry, its passages' vectors (``host_facades.chunking.pipeline.split_passages``; None for an
     entry of one passage), embedded as the indexer embeds them."""
-    from host_facades.chunking import split_passages
+    from host_facades.chunking.pipeline import split_passages
     from memory_core.embeddings.batching import rows_per_group
 
     split = [split_passages(t) for _, t in docs]
@@ -285,7 +285,7 @@ def embed_passages_all(docs: Sequence[tuple[str, str]], provider: Any, label: st
 def build_index(db_path: str, docs: Sequence[tuple[str, str]], vectors: np.ndarray | None, model: str,
                 passages: Sequence[np.ndarray | None] | None = None) -> None:
     """Write one source per entry through the real single writer (with its passage vectors)."""
-    from host_facades.chunking import hash_text
+    from host_facades.chunking.pipeline import hash_text
     from memory_core.store.writer import IndexWriter
 
     writer = IndexWriter(db_path, vector_enabled=vectors is not None)
@@ -354,7 +354,7 @@ def hybrid_systems(vector_weight: float | None = None) -> list[tuple[str, dict[s
     """``(row name, config overrides)`` of the vector-backed memory-core systems: vector-only, the
     hybrid under each fusion (at ``vector_weight`` / 1 - ``vector_weight`` when given, else the
     configured default weights), and the sanity row."""
-    from host_facades.ranking import FUSIONS
+    from host_facades.ranking.rank import FUSIONS
 
     weights = {} if vector_weight is None else {"vector_weight": vector_weight, "text_weight": 1.0 - vector_weight}
     rows: list[tuple[str, dict[str, Any]]] = [(VECTOR_ONLY, {"query": {"hybrid": {"enabled": False}}})]

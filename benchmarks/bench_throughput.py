@@ -52,7 +52,7 @@ MODEL = "bench-model"
 
 def build_db(path: str, chunks: int, dims: int, *, seed: int = 7) -> str:
     """Write ``chunks`` rows (text + vector) straight into a fresh memory-core database."""
-    from host_facades.vectors import encode_vector
+    from host_facades.db.vectors import encode_vector
     from memory_core.store import schema
 
     rng = np.random.default_rng(seed)
@@ -343,7 +343,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
     import faiss
 
     from benchmarks.worker_tasks import TASK_MODULES
-    from host_facades.sqlite_read import open_readonly
+    from host_facades.db.sqlite_read import open_readonly
     from memory_core.search.engine import SearchEngine
     from workers.pool import WorkerPool
     from workers.retriever import PooledRetriever
@@ -371,7 +371,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
     index = faiss.IndexFlatIP(dims)
     index.add(matrix)
     # for information only (the baseline is the plain IndexFlatIP above): the fp16 scalar
-    # quantizer alone, without the exact rescoring memory-core adds (host_facades/vector_state.py)
+    # quantizer alone, without the exact rescoring memory-core adds (host_facades/retrieval/vector_state.py)
     index_fp16 = faiss.IndexScalarQuantizer(dims, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
     index_fp16.train(matrix[:1])
     index_fp16.add(matrix)

@@ -21,7 +21,7 @@ from memory_core.flush_plan import MemoryFlushPlan, build_memory_flush_plan
 from memory_core.prompt_section import build_prompt_section
 from memory_core.provider.legacy_runtime import MemoryCoreLegacyRuntime
 from memory_core.provider.runtime import RECALL_TOOL_NAMES, MemoryCoreProviderRuntime
-from memory_core.provider.types import MemoryCallerContext, MemoryProviderOpenParams, OperatorAuthority
+from memory_core.contract.types import MemoryCallerContext, MemoryProviderOpenParams, OperatorAuthority
 from memory_core.tools import MemoryTools, ToolContract
 
 PLUGIN_ID = "memory-core"

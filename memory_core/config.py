@@ -214,7 +214,7 @@ class Hybrid(_Model):
     vector_weight: float = DEFAULT_VECTOR_WEIGHT
     text_weight: float = DEFAULT_TEXT_WEIGHT
     candidate_multiplier: float = 4
-    fusion: Literal["weighted", "upstream", "rrf", "minmax", "zscore"] = "weighted"  # D7; host_facades.ranking.FUSIONS
+    fusion: Literal["weighted", "upstream", "rrf", "minmax", "zscore"] = "weighted"  # D7; host_facades.ranking.rank.FUSIONS
     rrf_k: int = Field(60, ge=1)
     mmr: Mmr = Field(default_factory=Mmr)
     temporal_decay: TemporalDecay = Field(default_factory=TemporalDecay)

@@ -1,66 +1,33 @@
-"""``MemoryCore``: the owner of one agent's index; its verbs match the CLI.
+"""``MemoryCore``: one agent's index as a thin set of verbs that match the CLI.
 
 Every surface (CLI, library, gateway v1 and v2, ``memory.get``, MCP, ``watch``) goes through this
-object, and it owns everything with state: the configuration, the embedding provider, the single
-:class:`IndexWriter`, the freshness scheduler, the search engine (and its pooled retriever) and a
-read-only connection for identity reads. Nothing else attaches state to it.
-
-One writer: every write runs on the writer's one connection under the writer's lock
-(``IndexWriter._wlock``), reads never use it. A lock rather than a writer thread because the
-writes already come from few places (the freshness thread, a CLI run, ``forget``) and each must
-report its own error to its caller; a thread would add a queue and a second error path for the
-same serialisation. ``sync`` runs one pass at a time (concurrent callers join the running one); a
-full reindex (``--force``, first index, or an identity change on a CLI ``index`` run) builds a
-temp database and swaps it in.
+object. It delegates: writes, syncs, ``forget`` and the identity checks to the index owner
+(``memory_core/index_owner.py``: the one writer), searches to the search service
+(``memory_core/search/service.py``: the retriever and the engine), ``status`` to the status reader
+(``memory_core/status.py``), and keeps the freshness scheduler (``memory_core/freshness/``), which
+calls back into its verbs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import threading
-import time
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import Any
 
-import apsw
-
 from memory_core.config import MemoryCoreConfig, load_config
-from memory_core.errors import (
-    ConfigError,
-    IndexCorrupt,
-    IndexPaused,
-    MemoryCoreError,
-    ReferenceNotFound,
-    WorkspaceError,
-    WorkspaceMismatch,
-    reason_of,
-)
-from memory_core.indexer import (
-    IndexSummary,
-    ProgressFn,
-    record_last_sync,
-    resolve_sessions_dir,
-    run_sync,
-)
-from memory_core.store import schema
-from memory_core.store.access import folder_problem, index_errors, not_writable
-from memory_core.store.identity import identity_mismatch, index_identity, paused_message, settings_change
-from memory_core.store.perms import loose_files, tighten
-from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
-from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
-from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter
+from memory_core.errors import WorkspaceError
+from memory_core.index_owner import UNSET, IndexOwner, config_problem
+from memory_core.indexer import IndexSummary, ProgressFn, resolve_sessions_dir
+from memory_core.search.service import SearchService
 from memory_core.search.types import SearchResults
-from memory_core.session_keys import session_index_path
+from memory_core.store.access import index_errors
+from memory_core.store.writer import IndexWriter
 from memory_core.validation import check_search
-
-_UNSET: Any = object()
 
 
 class MemoryCore:
-    """One agent's memory index: ``index``, ``sync``, ``status``, ``forget_session``, ``close``."""
+    """One agent's memory index: ``index``, ``sync``, ``search``, ``get``, ``status``, ``forget_session``."""
 
     def __init__(
         self,
@@ -69,7 +36,7 @@ class MemoryCore:
         agent_id: str | None = None,
         config: MemoryCoreConfig | None = None,
         config_path: str | None = None,
-        embedding_provider: Any = _UNSET,
+        embedding_provider: Any = UNSET,
         pool: bool | None = None,
         repoint: bool = False,
         check_config: bool = True,
@@ -84,8 +51,7 @@ class MemoryCore:
             cfg = cfg.for_agent(agent_id)
         if pool is False and cfg.pool.workers != 0:
             cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 0})})
-        ws = workspace or cfg.workspace or os.getcwd()
-        ws = os.path.abspath(os.path.expanduser(ws))
+        ws = os.path.abspath(os.path.expanduser(workspace or cfg.workspace or os.getcwd()))
         if not os.path.isdir(ws):
             raise WorkspaceError(
                 f"workspace {ws} does not exist or is not a folder; pass --workspace PATH "
@@ -97,65 +63,50 @@ class MemoryCore:
         self.workspace = ws
         self.agent_id = cfg.agent_id
         self.db_path = cfg.db_path(self.agent_id)
-        self.repoint = repoint
-        self._provider = embedding_provider
-        self._provider_error: MemoryCoreError | None = None
-        if check_config:
-            problem = self.config_problem()
-            if problem is not None:
-                raise problem
-        self._writer: IndexWriter | None = None
-        self._lock = threading.RLock()  # guards the writer slot, the owned parts and the running-sync slot
-        self._running: Future[IndexSummary] | None = None
-        self._closed = False
-        self._readable_ident: tuple[int, int] | None = None  # the file check_readable last opened
+        self._config_problem = config_problem(cfg, embedding_provider)
+        if check_config and self._config_problem is not None:
+            raise self._config_problem
+        self._lock = threading.RLock()  # guards the freshness slot
         self._freshness: Any = None
-        self._engine: Any = None
-        self._fallback_engine: Any = None
-        self._retriever: Any = _UNSET
-        self._cursor_pins: Any = None
-        self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
-        from memory_core.store.reader import CachedReader
+        self._search = SearchService(cfg, self.db_path, provider=lambda: self.provider,
+                                     identity_mismatch=lambda: self._owner.identity_mismatch())
+        self._owner = IndexOwner(cfg, ws, self.db_path, embedding_provider=embedding_provider, repoint=repoint,
+                                 on_replaced=self._index_replaced, close_readers=self._search.close)
 
-        self._meta_reader = CachedReader(self.db_path, load_vec=False)  # identity reads, never the writer's
-        self._check_workspace()
-
-    # ------------------------------------------------------------------ provider and writer
-    def config_problem(self) -> ConfigError | None:
-        """The configuration error every command reports (exit 2), or None: an embedding provider
-        name that is not registered."""
-        if self._provider is not _UNSET:
-            return None
-        from memory_core.embeddings.registry import check_provider_name
-
-        try:
-            check_provider_name(self.config)
-        except ConfigError as exc:
-            return exc
-        return None
+    # ------------------------------------------------------------------ the parts it delegates to
+    def config_problem(self) -> Any:
+        """The configuration error every command reports (exit 2), or None (``index_owner.config_problem``)."""
+        return self._config_problem
 
     @property
     def provider(self) -> Any | None:
-        """The embedding provider (None = keyword-only); an unavailable explicit one raises (D4)."""
-        if self._provider is _UNSET:
-            from memory_core.embeddings import create_embedding_provider
+        """The embedding provider (None = keyword-only); an unavailable explicit one raises."""
+        return self._owner.provider
 
-            self._provider = create_embedding_provider(self.config)
-        return self._provider
+    @property
+    def writer(self) -> IndexWriter:
+        """The one writer (``IndexOwner.writer``)."""
+        return self._owner.writer
 
-    def _writer_options(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "fts_tokenizer": cfg.store.fts.tokenizer,
-            "vector_enabled": cfg.store.vector.enabled and cfg.provider != "none",
-            "extension_path": cfg.store.vector.extension_path,
-            "cache_enabled": cfg.cache.enabled,
-            "cache_max_entries": cfg.cache.max_entries,
-        }
+    @property
+    def reader(self) -> Any:
+        """The owner's read-only :class:`~memory_core.store.reader.CachedReader` (identity and point
+        reads; reopened after a file swap). Never the writer's connection."""
+        return self._owner.meta_reader
+
+    @property
+    def retriever(self) -> Any:
+        """The pooled retriever of this index (None: searches read in-process, ``pool.workers = 0``)."""
+        return self._search.retriever
+
+    @property
+    def search_engine(self) -> Any:
+        """The one :class:`~memory_core.search.engine.SearchEngine` of this index."""
+        return self._search.engine
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._owner.closed
 
     @property
     def dirty(self) -> bool:
@@ -164,23 +115,7 @@ class MemoryCore:
         return fresh is not None and fresh.is_dirty()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise MemoryCoreError("this MemoryCore is closed; open a new one (MemoryCore(...)) to use the index")
-
-    @property
-    def writer(self) -> IndexWriter:
-        with self._lock:
-            self._check_open()
-            if self._writer is None:
-                self._writer = self._open_writer()
-            return self._writer
-
-    def _open_writer(self) -> IndexWriter:
-        # any writer start removes what killed rebuilds left behind (their process is gone)
-        sweep_dead_temp_files(self.db_path)
-        writer = IndexWriter(self.db_path, **self._writer_options())
-        writer.on_reopen = self._index_replaced
-        return writer
+        self._owner.check_open()
 
     def _index_replaced(self) -> None:
         """The writer found the file replaced by another process (its ``index --force``): what this
@@ -189,28 +124,12 @@ class MemoryCore:
         if fresh is not None:
             fresh.invalidate("the index file was replaced by another process")
 
-    def notice_swap(self) -> None:
-        """Cheap (one stat): reopen the writer now when another process swapped the file."""
-        writer = self._writer
-        if writer is not None and writer.replaced():
-            writer.check_swapped()
-
-    def _close_writer(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
     def close(self) -> None:
-        for engine in (self._engine, self._fallback_engine):  # the search reader connections
-            if engine is not None:
-                engine.close()
+        self._search.close()  # the search reader connections
         fresh = self._freshness
         if fresh is not None:  # stop the watcher and wait for a running sync before closing the writer
             fresh.close()
-        self._meta_reader.close()
-        with self._lock:
-            self._close_writer()
-            self._closed = True
+        self._owner.close()
 
     def __enter__(self) -> MemoryCore:
         return self
@@ -218,328 +137,35 @@ class MemoryCore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ identity
-    def _check_workspace(self) -> None:
-        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``
-        or the index holds no file (say, a first search ran in a folder without notes): it has nothing
-        a sync of this workspace could prune, so it follows this workspace."""
-        if self.repoint or not os.path.exists(self.db_path):
-            return
-        try:
-            recorded = self.read_meta_value(WORKSPACE_KEY)
-            check_workspace(recorded, self.workspace, self.agent_id)
-        except WorkspaceMismatch:
-            if self._holds_files():
-                raise
-        except (MemoryCoreError, apsw.Error, OSError):
-            return  # an unreadable index is reported by the command that uses it
-
-    def _holds_files(self) -> bool:
-        """Whether the index has any source file (True when that cannot be read: refuse, keep it)."""
-
-        def read(conn: apsw.Connection) -> bool:
-            try:
-                return conn.execute("SELECT 1 FROM memory_index_sources LIMIT 1").fetchone() is not None
-            except apsw.SQLError:
-                return False  # schema not created yet
-        try:
-            return bool(self._meta_reader.run(read))
-        except FileNotFoundError:
-            return False
-        except (apsw.Error, OSError):
-            return True
-
-    def expected_identity(self, dims: int | None = None) -> dict[str, Any]:
-        ident = index_identity(self.config, self.provider)
-        if dims is not None:
-            ident["vectorDims"] = dims
-        return ident
-
-    def read_meta_value(self, key: str) -> str | None:
-        """One ``memory_index_meta`` value through the owner's read-only connection (never the
-        writer's: a read must not race the writer's reopen after a swap); None when absent."""
-
-        def read(conn: apsw.Connection) -> str | None:
-            try:
-                row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (key,)).fetchone()
-            except apsw.SQLError:
-                return None  # schema not created yet
-            return None if row is None else str(row[0])
-
-        try:
-            return self._meta_reader.run(read)
-        except FileNotFoundError:
-            return None
-
     def identity_state(self) -> dict[str, Any]:
-        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta; a
-        mismatch also has ``message``, the paused search's error (what differs, both ways out)."""
-        with index_errors(self.db_path):
-            raw = self.read_meta_value(schema.META_KEY)
-        # every search asks (freshness and the engine): the comparison is kept while the stored meta,
-        # the config and the provider (and its dims, which some learn late) are the same
-        provider = self._provider
-        key = (raw, getattr(provider, "dims", None), getattr(provider, "provider_key", None))  # a fallback switches it
-        memo = self._identity_memo
-        if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
-            return _identity_dict(*memo[3])
-        meta = _loads(raw)
-        if not isinstance(meta, dict):
-            return {"state": "empty", "mismatch": []}
-        expected = self.expected_identity()
-        diff = identity_mismatch(meta, expected)
-        state = "mismatch" if diff else "ok"
-        message = paused_message(meta, expected, diff) if diff else None
-        if self._provider is provider:  # expected_identity may have created the provider just now
-            self._identity_memo = (key, self.config, provider, (state, tuple(diff), message))
-        return _identity_dict(state, diff, message)
+        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta."""
+        return self._owner.identity_state()
 
     def check_identity(self) -> dict[str, Any]:
-        """Raise :class:`IndexPaused` when the index was built with other settings (spec §6.1 step 7)."""
-        state = self.identity_state()
-        if state["state"] == "mismatch":
-            raise IndexPaused(state["message"])
-        return state
+        """Raise :class:`~memory_core.errors.IndexPaused` when the index was built with other settings."""
+        return self._owner.check_identity()
 
-    def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
-        """Never rebuild a semantic index as keyword-only without an explicit --force (spec §7.4)."""
-        if provider is not None or meta is None:
-            return
-        if meta.get("provider", "none") != "none" or meta.get("model", FTS_ONLY_MODEL) != FTS_ONLY_MODEL:
-            raise IndexPaused(
-                f"refusing to rebuild the semantic index ({meta.get('provider')}/{meta.get('model')}) as "
-                "keyword-only: no embedding provider is configured now. Set "
-                f"`provider = {json.dumps(meta.get('provider'))}` in the config to keep it, or run "
-                "`memory-core index --force` to rebuild keyword-only and drop the vectors"
-            )
-
-    # ------------------------------------------------------------------ sync
+    # ------------------------------------------------------------------ index, sync, forget
     def index(self, *, force: bool = False, progress: ProgressFn | None = None) -> IndexSummary:
-        """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity change.
+        """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity
+        change (``IndexOwner.index``; ``force`` also repairs an unreadable index file)."""
+        return self._owner.index(force=force, progress=progress)
 
-        ``force`` also repairs an index file that is not a readable database (:class:`IndexCorrupt`):
-        the file is moved aside (``IndexSummary.moved_aside``) and the index rebuilt from scratch.
-        Index files (and the state dir) left readable by other users are made private first."""
-        tighten(self.db_path, state_dir_owned=not self.config.store.path)
-        return self._run_exclusive(reason="cli", force=force, paths=None, progress=progress, rebuild_on_mismatch=True,
-                                   repair=force)
-
-    def sync(
-        self,
-        *,
-        reason: str = "manual",
-        force: bool = False,
-        paths: Sequence[str] | None = None,
-        progress: ProgressFn | None = None,
-    ) -> IndexSummary:
+    def sync(self, *, reason: str = "manual", force: bool = False, paths: Sequence[str] | None = None,
+             progress: ProgressFn | None = None) -> IndexSummary:
         """Incremental sync (one at a time; a concurrent caller waits for and returns the running one).
+        An identity mismatch raises IndexPaused unless ``force``; ``paths`` restricts to those files."""
+        return self._owner.sync(reason=reason, force=force, paths=paths, progress=progress)
 
-        An identity mismatch raises IndexPaused unless ``force``; ``paths`` restricts to those files.
-        """
-        return self._run_exclusive(reason=reason, force=force, paths=paths, progress=progress,
-                                   rebuild_on_mismatch=False, repair=False)
-
-    def _run_exclusive(self, **kw: Any) -> IndexSummary:
-        with self._lock:
-            running = self._running
-            if running is None:
-                fut: Future[IndexSummary] = Future()
-                self._running = fut
-        if running is not None:
-            return running.result()
-        t0 = time.perf_counter()
-        try:
-            with index_errors(self.db_path):
-                result = self._do_sync(**kw)
-            result.seconds = time.perf_counter() - t0
-        except BaseException as exc:
-            fut.set_exception(exc)
-            raise
-        else:
-            fut.set_result(result)
-            return result
-        finally:
-            with self._lock:
-                self._running = None
-
-    def _do_sync(self, *, reason: str, force: bool, paths: Sequence[str] | None,
-                 progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
-        from memory_core.embeddings.fallback import FallbackActivated
-
-        try:
-            return self._do_sync_once(reason=reason, force=force, paths=paths, progress=progress,
-                                      rebuild_on_mismatch=rebuild_on_mismatch, repair=repair)
-        except FallbackActivated:
-            # the primary provider failed for good: every vector comes from the fallback now, so the
-            # index is rebuilt with it (its identity records the fallback), never mixed
-            self._identity_memo = None
-            return self._full_reindex(reason=reason, provider=self.provider, progress=progress)
-
-    def _do_sync_once(self, *, reason: str, force: bool, paths: Sequence[str] | None,
-                      progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
-        provider = self.provider
-        if force and repair:  # a full rebuild that does not need the live index to be readable
-            summary = self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)
-            summary.rebuild_reason = "--force"
-            return summary
-        writer = self.writer
-        meta = writer.read_meta()
-        expected = index_identity(self.config, provider)
-        mismatch = identity_mismatch(meta, expected) if meta is not None else []
-        if meta is None:
-            # no meta: an initial index, or an interrupted/failed rebuild; an empty db is rebuilt in place
-            full = True
-        elif force:
-            full = True
-        elif mismatch:
-            if not rebuild_on_mismatch:
-                raise IndexPaused(paused_message(meta, expected, mismatch, what="memory index paused"))
-            full = True
-        else:
-            full = False
-        if full and not force:
-            self._assert_no_downgrade(meta, provider)
-        why = None
-        if meta is None:
-            why = "new index"
-        elif force:
-            why = "--force"
-        elif mismatch:
-            why = f"settings changed ({settings_change(meta, expected, mismatch)})"
-        if not full:
-            try:
-                summary = run_sync(writer, self.config, self.workspace, provider, reason=reason,
-                                   paths=paths, progress=progress)
-            except BaseException as exc:
-                with contextlib.suppress(Exception):  # reporting must not mask the real error
-                    record_last_sync(writer, None, error=reason_of(exc), reason=reason)
-                raise
-            dims = writer.vec_dims
-            if dims is not None and meta.get("vectorDims") is None:
-                writer.write_meta({**meta, "vectorDims": dims})
-            record_workspace(writer, self.workspace)
-            record_last_sync(writer, summary)
-            return summary
-        summary = self._full_reindex(reason=reason, provider=provider, progress=progress)
-        summary.rebuild_reason = why
-        return summary
-
-    def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None,
-                      repair: bool = False) -> IndexSummary:
-        moved_aside = None
-        try:
-            with index_errors(self.db_path):
-                if repair and self._writer is None:
-                    self._probe_readonly()  # before a read-write open touches the file or its -wal/-shm
-                live = self.writer
-                previous = {s: live.indexed_hashes(s) for s in self.config.sources}
-        except IndexCorrupt:
-            if not repair:
-                raise
-            moved_aside = self._set_aside_unreadable()
-            previous = {s: {} for s in self.config.sources}
-
-        def build(temp: IndexWriter) -> IndexSummary:
-            summary = run_sync(temp, self.config, self.workspace, provider, full=True, reason=reason,
-                               previous=previous, progress=progress)
-            # a file that could not be read this time keeps its previous rows (and is re-indexed later)
-            unreadable = {p["path"] for p in summary.problems if p["code"] != "malformed_jsonl"}
-            for source, hashes in previous.items():
-                rebuilt = temp.indexed_hashes(source)
-                for path in hashes:
-                    if path in unreadable and path not in rebuilt:
-                        temp.copy_source_from(self.db_path, path, source, model=summary.model)
-            if unreadable:
-                counts = temp.counts()
-                summary.files, summary.chunks = counts["files"], counts["chunks"]
-            dims = temp.vec_dims
-            if dims is None and provider is not None:
-                dims = getattr(provider, "dims", None)
-            temp.write_meta(self.expected_identity(dims=dims) if provider is not None
-                            else index_identity(self.config, None))
-            record_workspace(temp, self.workspace)
-            record_last_sync(temp, summary)
-            return summary
-
-        def reopen() -> None:
-            self._writer = self._open_writer()
-
-        try:
-            summary = atomic_reindex(self.db_path, build, writer_options=self._writer_options(),
-                                     before_swap=self._close_writer, after_swap=reopen)
-        except BaseException as exc:
-            if self._writer is not None:
-                try:
-                    record_last_sync(self._writer, None, error=f"full reindex failed: {reason_of(exc)}",
-                                     reason=reason)
-                except Exception:  # noqa: BLE001 - reporting must not mask the real error
-                    pass
-            raise
-        summary.revision = self.writer.revision
-        summary.moved_aside = moved_aside
-        return summary
-
-    def _probe_readonly(self) -> None:
-        """Read what a rebuild reads from the live index (meta, source rows) on a read-only connection;
-        raises what reading an unreadable file raises."""
-        from host_facades.sqlite_read import open_readonly
-
-        try:
-            conn = open_readonly(self.db_path, load_vec=False)
-        except FileNotFoundError:
-            return
-        try:
-            for sql in ("SELECT key, value FROM memory_index_meta", "SELECT path, source, hash FROM memory_index_sources"):
-                with contextlib.suppress(apsw.SQLError):  # a table not created yet
-                    for _row in conn.execute(sql):
-                        pass
-        finally:
-            conn.close()
-
-    def _set_aside_unreadable(self) -> str:
-        """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch."""
-        with self._lock:
-            self._close_writer()
-        for engine in (self._engine, self._fallback_engine):
-            if engine is not None:
-                engine.close()  # its cached reader must not keep the old file open
-        self._meta_reader.close()
-        with reindex_lock(self.db_path):
-            return set_aside(self.db_path)
-
-    # ------------------------------------------------------------------ forget
     def import_embeddings(self, path: str) -> Any:
         """The CLI ``import-embeddings`` verb: seed the embedding cache from an OpenClaw index at
-        ``path`` (same provider and model, matched by chunk hash); see :mod:`memory_core.store.openclaw_import`."""
-        from memory_core.store.openclaw_import import import_embeddings
-
-        self._check_open()
-        with self._lock:
-            return import_embeddings(self, path)
+        ``path`` (same provider and model, matched by chunk hash; ``memory_core/store/openclaw_import.py``)."""
+        return self._owner.import_embeddings(path)
 
     def forget_session(self, key: str, *, force: bool = False) -> int:
-        """Tombstone a session transcript (``sessions/<file>.jsonl`` or its basename) and drop its rows.
-
-        A memory file is refused (:class:`ForgetRefused`): its entries are removed by editing the file.
-        A key that names nothing indexed, no tombstone and no transcript on disk is most likely a
-        typo: :class:`ReferenceNotFound`, and no tombstone, unless ``force`` (forget it in advance)."""
-        session_index_path(key)  # raises ForgetRefused for memory files, InvalidRequest for an empty key
-        name = key.strip().replace("\\", "/")
-        base = name.rsplit("/", 1)[-1]
-        if not base.endswith(".jsonl") and ".jsonl." not in base:
-            base += ".jsonl"
-        path = f"sessions/{base}"
-        with self._lock, index_errors(self.db_path):
-            writer = self.writer
-            if not force and not writer.is_indexed(path, "sessions") and not writer.is_forgotten(path):
-                sessions_dir = resolve_sessions_dir(self.config, self.workspace)
-                if not os.path.lexists(os.path.join(sessions_dir, base)):
-                    raise ReferenceNotFound(
-                        f"no session {path}: nothing is indexed under it and there is no transcript {base} in "
-                        f"{sessions_dir} (list the sessions with `ls {sessions_dir}`); pass --force to record "
-                        "a tombstone for it anyway"
-                    )
-            removed = writer.forget_session(path)
+        """Tombstone a session transcript and drop its rows (``IndexOwner.forget_session``): the
+        number of chunks removed."""
+        path, removed = self._owner.forget_session(key, force=force)
         if self._freshness is not None:
             self._freshness.forget_path(path)  # stop tracking the transcript's appends
         return removed
@@ -574,19 +200,11 @@ class MemoryCore:
     def before_search(self) -> dict[str, Any] | None:
         """Run before every search: notice a file swapped by another process, the bounded reconcile,
         bootstrap an empty index, background sync when dirty. Returns upstream's ``{stale, warning,
-        action}`` or None (each search hands it back with its own result).
-
-        An index file that cannot be read raises :class:`IndexCorrupt`/:class:`IndexUnreadable` first;
-        with no index yet and a state dir that cannot be written, :class:`StateDirNotWritable`."""
-        self.check_readable()
-        self.notice_swap()
+        action}`` or None (each search hands it back with its own result). An unreadable index file
+        raises first (``IndexOwner.check_readable``)."""
+        self._owner.check_readable()
+        self._owner.notice_swap()
         return self.freshness.before_search()
-
-    @property
-    def reader(self) -> Any:
-        """The owner's read-only :class:`~memory_core.store.reader.CachedReader` (identity and point
-        reads; reopened after a file swap). Never the writer's connection."""
-        return self._meta_reader
 
     @property
     def last_sync_error(self) -> str | None:
@@ -600,128 +218,35 @@ class MemoryCore:
         problems = fresh.snapshot()["problems"]
         return f"{len(problems)} file(s) could not be indexed (retrying)" if problems else None
 
-    @property
-    def retriever(self) -> Any:
-        """The pooled retriever of this index (None: searches read in-process, ``pool.workers = 0``)."""
-        with self._lock:
-            if self._retriever is _UNSET:
-                from workers.shared import make_retriever
-
-                self._retriever = make_retriever(self.config, self.db_path)
-            return self._retriever
-
-    @property
-    def cursor_pins(self) -> Any:
-        """Pagination-cursor pins sharing the retriever's generation leases (TTL ``pool.cursor_ttl_s``)."""
-        with self._lock:
-            if self._cursor_pins is None:
-                from memory_core.generations import CursorPins, GenerationLeases
-
-                retriever = self.retriever
-                leases = retriever.leases if retriever is not None else GenerationLeases()
-                self._cursor_pins = CursorPins(leases, ttl_s=self.config.pool.cursor_ttl_s)
-            return self._cursor_pins
-
-    @property
-    def search_engine(self) -> Any:
-        """The one :class:`~memory_core.search.engine.SearchEngine` of this index (created once): its
-        identity check reads through the owner, its snapshot reads go through :attr:`retriever`."""
-        with self._lock:
-            if self._engine is None:
-                from memory_core.search.engine import SearchEngine
-
-                try:
-                    provider = self.provider
-                except MemoryCoreError:
-                    provider = None  # the engine fails closed for a configured provider that is missing
-                self._engine = SearchEngine(self.config, self.db_path, provider,
-                                            identity_check=self._identity_mismatch, retriever=self.retriever)
-            return self._engine
-
-    @property
-    def fallback_engine(self) -> Any:
-        """A keyword-only, in-process engine of this index for a deadline's fallback answer: it never
-        waits on :attr:`search_engine`, which the late search may hold."""
-        with self._lock:
-            if self._fallback_engine is None:
-                from memory_core.search.engine import SearchEngine
-
-                self._fallback_engine = SearchEngine(self.config, self.db_path, None,
-                                                     identity_check=self._identity_mismatch)
-            return self._fallback_engine
-
-    def _identity_mismatch(self) -> str | None:
-        ident = self.identity_state()
-        return ident["message"] if ident["state"] == "mismatch" else None
-
-    def search_with_details(self, query: str, **kwargs: Any) -> Any:
-        """:meth:`before_search` then the engine's detailed search (the provider runtime's v2
-        search): its :class:`~memory_core.search.engine.SearchDetails`, with the search's ``staleness``."""
-        self._check_open()
-        with index_errors(self.db_path):
-            stale = self.before_search() if isinstance(query, str) and query.strip() else None
-            details = self.search_engine.search_with_details(query, **kwargs)
-            details.staleness = stale
-            return details
-
-    def check_readable(self) -> None:
-        """Raise the typed error when the index cannot be searched at all: the file is no readable
-        database, or there is none and none can be built (the state dir is not writable)."""
-        from host_facades.sqlite_read import open_readonly
-        from memory_core.store.reader import file_ident
-
-        ident = file_ident(self.db_path)
-        if ident is None:
-            why = folder_problem(os.path.dirname(self.db_path))
-            if why is not None:
-                raise not_writable(self.db_path, why, lead="nothing is indexed yet (run `memory-core index`), but the ")
-            return
-        if ident == self._readable_ident:
-            return  # this file opened fine before (a damaged page found later still raises IndexCorrupt)
-        with index_errors(self.db_path):
-            try:
-                open_readonly(self.db_path, load_vec=False).close()
-            except FileNotFoundError:
-                return
-        self._readable_ident = ident
-
-    # ------------------------------------------------------------------ search / get (memory_core/search/)
+    # ------------------------------------------------------------------ search, get, files, status
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                sources: Sequence[str] | None = None, lexical_only: bool = False,
-               active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> SearchResults:
-        """Search the index (spec §6): runs ``before_search`` (bootstrap/dirty sync), then the
-        SearchEngine. The hits come back as a list that also carries this search's ``staleness``."""
+               active_project_keys: Sequence[str] | None = None, query_vector: Any = None,
+               details: bool = False, candidates_for: int | None = None, on_embedding: Any = None,
+               sync_if_empty: bool = False, keyword_fallback: bool = False) -> SearchResults:
+        """The one search verb of every surface: :meth:`before_search`, then the engine (it validates
+        the limits and embeds the query; ``on_embedding``: ``SearchEngine.search``). The
+        :class:`SearchResults` carry the hits, the revision, this search's ``staleness`` and, with
+        ``details``, what ``--explain`` shows. ``sync_if_empty``: no hits run one sync and the search
+        again (upstream's tool). ``keyword_fallback``: a deadline's answer, keyword-only on an
+        in-process engine that never waits on a search in flight, without the freshness step."""
         self._check_open()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
-        with index_errors(self.db_path):
-            stale = None
-            if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
-                stale = self.before_search()
-            hits = self.search_engine.search(
-                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector)
-            return SearchResults(hits, stale)
+        return self._search.search(
+            query, before_search=self.before_search, sync=lambda: self.sync(reason="search"),
+            sync_if_empty=sync_if_empty, keyword_fallback=keyword_fallback, max_results=max_results,
+            min_score=min_score, sources=sources, lexical_only=lexical_only, active_project_keys=active_project_keys,
+            query_vector=query_vector, details=details, candidates_for=candidates_for, on_embedding=on_embedding)
 
-    def explain(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-                sources: Sequence[str] | None = None, lexical_only: bool = False,
-                active_project_keys: Sequence[str] | None = None, query_vector: Any = None) -> Any:
-        """The explain twin of :meth:`search` (same arguments, same search): its
-        :class:`~memory_core.search.engine.SearchDetails`, with the hits, the FTS plan, the candidates
-        per retriever, each candidate's score parts and the search's ``staleness``; ``.to_dict()`` is
-        what ``memory-core search --explain --json`` prints."""
-        self._check_open()
-        check_search(self.config, query, max_results, min_score)  # before any sync or search work
-        with index_errors(self.db_path):
-            stale = self.before_search() if isinstance(query, str) and query.strip() else None
-            details = self.search_engine.explain(
-                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector)
-            details.staleness = stale
-            return details
+    def explain(self, query: str, **kwargs: Any) -> Any:
+        """:meth:`search` with ``details`` on (same arguments): its
+        :class:`~memory_core.search.engine.SearchDetails`; ``.to_dict()`` is what ``memory-core search
+        --explain --json`` prints."""
+        return self.search(query, details=True, **kwargs).details
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,
             max_chars: int | None = None) -> Any:
-        """Read lines of an indexed memory file (spec §9.2); returns a ``ReadResult``."""
+        """Read lines of an indexed memory file (``memory_core/read_file.py``); returns a ``ReadResult``."""
         from memory_core.read_file import read_memory_file
         from memory_core.store.files import is_indexed_session
 
@@ -742,189 +267,25 @@ class MemoryCore:
         with index_errors(self.db_path):
             return list_indexed_files(self.db_path, list(sources) if sources else None)
 
-    # ------------------------------------------------------------------ status
-    def _dirty_for_status(self) -> bool:
-        """Whether the index is behind its files. Without a running watcher (a one-shot CLI
-        process) only a reconcile can tell: it stats the sources and marks what changed, without
-        starting a sync (transcripts are compared by stat here, not by the delta thresholds)."""
-        fresh = self.freshness
-        if os.path.exists(self.db_path) and not fresh.watching():
-            fresh.reconcile(sessions_by_delta=False, reason="status", strict=True)
-        return fresh.is_dirty()
-
     def source_files(self) -> int:
         """How many source files the workspace has now (memory files, and transcripts when sessions
         are a source): 0 means a search has nothing to find there, whatever the query."""
-        from memory_core import sources as src
+        from memory_core.status import source_file_count
 
-        count = 0
-        if "memory" in self.config.sources:
-            count += len(src.list_memory_files(self.workspace, self.config.extra_paths))
-        if "sessions" in self.config.sources:
-            with contextlib.suppress(OSError):
-                count += len(src.list_session_files(resolve_sessions_dir(self.config, self.workspace)))
-        return count
+        return source_file_count(self.config, self.workspace)
 
     def skipped_files(self) -> list[dict[str, str]]:
         """The files under ``memory/`` that are not indexed for not being Markdown, as problems."""
-        from memory_core.sources import not_markdown_files
+        from memory_core.status import skipped_files
 
-        if "memory" not in self.config.sources:
-            return []
-        try:
-            paths = not_markdown_files(self.workspace)
-        except WorkspaceError:
-            return []
-        return [{"path": p, "code": "not_markdown", "message": "not Markdown (only .md files are indexed)"}
-                for p in paths]
+        return skipped_files(self.config, self.workspace)
 
     def status(self, *, deep: bool = False) -> dict[str, Any]:
-        """Index facts for ``memory-core status`` (no secrets); :class:`IndexCorrupt` when the file
-        is not a readable database."""
+        """Index facts for ``memory-core status`` (no secrets; ``memory_core/status.py``):
+        :class:`~memory_core.errors.IndexCorrupt` when the file is not a readable database."""
+        from memory_core.status import index_status
+
         self._check_open()
         with index_errors(self.db_path):
-            return self._status(deep=deep)
+            return index_status(self, deep=deep)
 
-    def _status(self, *, deep: bool) -> dict[str, Any]:
-        cfg = self.config
-        out: dict[str, Any] = {
-            "agent": self.agent_id,
-            "workspace": self.workspace,
-            "db_path": self.db_path,
-            "db_exists": os.path.exists(self.db_path),
-            "sources": list(cfg.sources),
-            "extra_paths": [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in cfg.extra_paths],
-            "sessions_dir": resolve_sessions_dir(cfg, self.workspace) if "sessions" in cfg.sources else None,
-            "files": 0,
-            "chunks": 0,
-            "files_by_source": {},
-            "chunks_by_source": {},
-            "provider": cfg.provider,
-            "model": None,
-            "dims": None,
-            "fts": {"available": False, "tokenizer": cfg.store.fts.tokenizer, "error": None},
-            "vector": {
-                "enabled": bool(cfg.store.vector.enabled and cfg.provider != "none"),
-                "available": False,
-                "sqlite_vec_version": None,
-                "backend": cfg.store.vector.backend,
-                "error": None,
-                "dims": None,
-            },
-            "cache": {"enabled": cfg.cache.enabled, "entries": 0, "max_entries": cfg.cache.max_entries},
-            "revision": 0,
-            "dirty": self._dirty_for_status(),
-            "last_sync": None,
-            "identity": None,
-            "state_dir_problem": folder_problem(os.path.dirname(self.db_path)),
-            # index paths other users can read (`index` makes them private)
-            "loose_permissions": loose_files(self.db_path, state_dir_owned=not cfg.store.path),
-            # files in memory/ that are skipped without a sync problem (not Markdown)
-            "skipped_files": self.skipped_files(),
-        }
-        if out["db_exists"]:
-            out["db_bytes"] = os.path.getsize(self.db_path)
-            wal = self.db_path + "-wal"
-            out["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
-            self._status_from_db(out, deep=deep)
-        try:
-            out["identity"] = self.identity_state()
-        except MemoryCoreError as exc:
-            out["identity"] = {"state": "unknown", "error": exc.message}
-        if deep:
-            out["provider_check"] = self._provider_check()
-        fresh = self._freshness
-        if fresh is not None:
-            out["freshness"] = fresh.status()
-            out["dirty"] = bool(out["dirty"] or out["freshness"]["dirty"])
-            out["problems"] = out["freshness"]["problems"]
-        return out
-
-    def _status_from_db(self, out: dict[str, Any], *, deep: bool) -> None:
-        from host_facades.sqlite_ext import load_sqlite_vec
-        from host_facades.sqlite_read import CORRUPT_ERRORS, open_readonly
-
-        try:
-            conn = open_readonly(self.db_path, load_vec=False)
-        except FileNotFoundError:
-            out["db_exists"] = False
-            return
-        try:
-            conn.execute("BEGIN")
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            if "memory_index_sources" not in tables:
-                return
-            out["files_by_source"] = dict(conn.execute(
-                "SELECT source, count(*) FROM memory_index_sources GROUP BY source"))
-            out["chunks_by_source"] = dict(conn.execute(
-                "SELECT source, count(*) FROM memory_index_chunks GROUP BY source"))
-            out["files"] = sum(out["files_by_source"].values())
-            out["chunks"] = sum(out["chunks_by_source"].values())
-            out["revision"] = schema.read_revision(conn)
-            out["cache"]["entries"] = int(conn.execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
-            meta_rows = dict(conn.execute("SELECT key, value FROM memory_index_meta"))
-            meta = _loads(meta_rows.get(schema.META_KEY))
-            if meta:
-                out["model"] = meta.get("model")
-                out["dims"] = meta.get("vectorDims")
-                out["indexed_provider"] = meta.get("provider")
-            out["last_sync"] = _loads(meta_rows.get(LAST_SYNC_KEY))
-            out["vector"]["rebuild_required"] = meta_rows.get(schema.VECTOR_REBUILD_KEY) == "1"
-            tok = schema.fts_tokenizer_in_db(conn)
-            out["fts"]["available"] = tok is not None
-            if tok is not None:
-                out["fts"]["tokenizer"] = tok
-            if out["vector"]["enabled"]:
-                ok, version, error = load_sqlite_vec(conn, self.config.store.vector.extension_path)
-                out["vector"].update(available=ok, sqlite_vec_version=version, error=error)
-                out["vector"]["dims"] = schema.vec_table_dims(conn)
-            if deep:
-                out["integrity"] = str(conn.execute("PRAGMA quick_check").fetchone()[0])
-                if out["fts"]["available"]:
-                    fts_rows = int(conn.execute("SELECT count(*) FROM memory_index_chunks_fts").fetchone()[0])
-                    out["fts"]["rows"] = fts_rows
-                    out["fts"]["in_step"] = fts_rows == out["chunks"]
-                out["semantic_chunks"] = int(conn.execute(
-                    "SELECT count(*) FROM memory_index_chunks WHERE model != ?", (FTS_ONLY_MODEL,)).fetchone()[0])
-            conn.execute("COMMIT")
-        except CORRUPT_ERRORS:
-            raise  # IndexCorrupt (status runs under index_errors)
-        except apsw.Error as exc:
-            out["error"] = f"cannot read {self.db_path}: {exc}"
-        finally:
-            conn.close()
-
-    def _provider_check(self) -> dict[str, Any]:
-        try:
-            provider = self.provider
-        except MemoryCoreError as exc:
-            return {"available": False, "error": exc.message}
-        if provider is None:  # nothing to check, and nothing to call available: search is keyword-only
-            reason = f"no embedding provider (provider = {self.config.provider!r}); search is keyword-only"
-            return {"available": False, "mode": "fts-only", "reason": reason}
-        info = {"available": True, "mode": "semantic", "id": str(provider.id), "model": str(provider.model),
-                "dims": getattr(provider, "dims", None)}
-        try:
-            from memory_core.embeddings import embed_query
-
-            vec = embed_query(provider, "memory-core status probe")
-            info["dims"] = int(vec.shape[-1])
-        except Exception as exc:  # noqa: BLE001 - status reports, never raises
-            info.update(available=False, error=str(exc))
-        return info
-
-
-def _identity_dict(state: str, diff: Sequence[str], message: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": state, "mismatch": list(diff)}
-    if message is not None:
-        out["message"] = message
-    return out
-
-
-def _loads(value: str | None) -> Any:
-    if not value:
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None

@@ -7,6 +7,7 @@ network boundaries as data (``{"code", "message"}``) and are rebuilt with :func:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -58,6 +59,14 @@ class IndexPaused(MemoryCoreError):
 
     code = "index_paused"
 
+    @classmethod
+    def settings_changed(cls, changed: Any, *, doing: str = "search") -> IndexPaused:
+        """The one "paused" error: the index was built before the settings ``changed`` (identity
+        keys) did; ``doing`` is what is paused (``search`` or ``index``)."""
+        keys = ", ".join(map(str, changed)) if isinstance(changed, (list, tuple, set)) else str(changed)
+        return cls(f"memory {doing} paused: the index was built with different settings ({keys}); "
+                   "run `memory-core index --force`")
+
 
 class IndexUnreadable(MemoryCoreError):
     """The index file exists but cannot be opened for reading; the message says why."""
@@ -87,12 +96,6 @@ class ProviderUnavailable(MemoryCoreError):
     """An explicitly configured embedding provider cannot be used; memory-core fails closed."""
 
     code = "unavailable"
-
-
-class SessionForgotten(MemoryCoreError):
-    """The session was forgotten; its tombstone refuses any re-publication."""
-
-    code = "forgotten"
 
 
 class ForgetRefused(MemoryCoreError):
@@ -219,3 +222,37 @@ def error_from_data(data: dict[str, Any]) -> MemoryCoreError:
         _register()
     cls = _BY_NAME.get(str(data.get("type", "")), MemoryCoreError)
     return cls(str(data.get("message", "")), code=str(data.get("code") or cls.code))
+
+
+# --- how an error shows on each surface: the one table -----------------------------------------
+
+EXIT_FAILURE = 1  # everything else (e.g. IndexCorrupt: run `memory-core index --force`)
+EXIT_USAGE = 2  # the command line or the configuration must change (a state dir that cannot be written too)
+
+
+@dataclass(frozen=True)
+class OnSurfaces:
+    """How one kind of error shows: the CLI's exit code and gateway v1's error code. Gateway v2
+    answers every failure ``UNAVAILABLE`` (upstream's provider request handler) and the MCP tools
+    every error with upstream's unavailable result, so neither needs a column."""
+
+    exit_code: int
+    gateway: str
+
+
+_FAILURE = OnSurfaces(EXIT_FAILURE, "UNAVAILABLE")
+_ON_SURFACES: dict[type[BaseException], OnSurfaces] = {
+    InvalidRequest: OnSurfaces(EXIT_USAGE, "INVALID_REQUEST"),
+    ConfigError: OnSurfaces(EXIT_USAGE, "UNAVAILABLE"),
+    WorkspaceError: OnSurfaces(EXIT_USAGE, "UNAVAILABLE"),
+    StateDirNotWritable: OnSurfaces(EXIT_USAGE, "UNAVAILABLE"),
+}
+
+
+def on_surfaces(exc: BaseException) -> OnSurfaces:
+    """The row of ``exc``'s nearest class in the table (subclasses share their base's row)."""
+    for cls in type(exc).__mro__:
+        row = _ON_SURFACES.get(cls)
+        if row is not None:
+            return row
+    return _FAILURE

@@ -1,4 +1,5 @@
-"""Owner-side search-generation leases and pagination-cursor pins (spec §8.4).
+"""Owner-side search-generation leases and pagination-cursor pins (upstream
+`memory/manager-search.worker.ts`).
 
 A *generation* is one value of ``memory_index_state.revision`` of one database file (identity
 ``dev:inode``). A search acquires a :class:`Lease` before it sends work to the pool, binds it to

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.chunking import PreparedChunk, prepare_chunks
-from host_facades.sqlite_read import CORRUPT_ERRORS
+from host_facades.chunking.pipeline import PreparedChunk, prepare_chunks
+from host_facades.db.sqlite_read import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
 from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches, valid_name
 from memory_core.store.writer import FTS_ONLY_MODEL, LAST_SYNC_KEY, IndexWriter

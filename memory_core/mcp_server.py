@@ -1,6 +1,7 @@
 """``memory-core mcp``: the agent tools ``memory_search`` and ``memory_get`` over MCP (stdio).
 
-Tool parameters and result shapes are upstream's (engine.md §9.1-9.2). Each call's result is the
+Tool parameters and result shapes are upstream's (upstream `extensions/memory-core/src/tools.ts`,
+`host/read-file.ts`). Each call's result is the
 tool's ``details`` object, sent both as JSON text content and as structured content, like the
 ``output`` of OpenClaw's ``tools.invoke``. Bad arguments and memory_search failures come back as tool
 errors (``isError``) whose text names the problem and the fix; a path memory_get cannot read comes

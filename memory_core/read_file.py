@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from host_facades.fts_query import truncate_snippet  # the same cut in UTF-16 units, no split pair
+from host_facades.retrieval.fts_query import truncate_snippet  # the same cut in UTF-16 units, no split pair
 from memory_core.errors import InvalidRequest, ReferenceNotFound, SourceReadError
 
 DEFAULT_MEMORY_READ_LINES = 120

@@ -1,4 +1,4 @@
-"""Source discovery and per-file entries (spec §1.1, §1.2, §1.5).
+"""Source discovery and per-file entries (upstream `host/internal.ts`, `host/session-files.ts`).
 
 Memory files: ``MEMORY.md`` (``memory.md`` only when no file is named exactly ``MEMORY.md`` in
 the workspace listing, so case-insensitive filesystems behave like case-sensitive ones),
@@ -27,8 +27,8 @@ import stat as stat_mod
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from host_facades.chunking import hash_text
-from host_facades.sessions import (
+from host_facades.chunking.pipeline import hash_text
+from host_facades.chunking.transcripts import (
     EMPTY_SESSION_HASH,
     flatten_session_lines,
     is_compaction_checkpoint_name,
@@ -337,7 +337,7 @@ def _enumerate_memory(workspace: str, extra_paths: Sequence[Any]) -> _Listing:
 
 
 def list_memory_files(workspace: str, extra_paths: Sequence[str | dict] = ()) -> list[str]:
-    """Absolute paths of the memory source files, in a stable order (§1.1)."""
+    """Absolute paths of the memory source files, in a stable order (upstream `host/internal.ts`)."""
     return _enumerate_memory(workspace, extra_paths).files
 
 

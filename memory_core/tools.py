@@ -1,4 +1,5 @@
-"""The agent tools ``memory_search`` and ``memory_get`` (engine.md §9.1-9.2): served over MCP by
+"""The agent tools ``memory_search`` and ``memory_get`` (upstream `extensions/memory-core/src/tools.ts`,
+`host/read-file.ts`): served over MCP by
 ``memory-core mcp`` and registered by the memory capability (``memory_core.capability``).
 
 ``MemoryTools.search`` follows upstream's tool (``extensions/memory-core/src/tools.ts``, 2026.9.6):
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 from memory_core.errors import InvalidRequest, MemoryCoreError, ReferenceNotFound, redact_paths
-from memory_core.search.render import mcp_result
+from memory_core.surfaces.render import mcp_result
 from memory_core.validation import MAX_SAFE_INTEGER, check_query, is_finite_number, shown
 
 log = logging.getLogger("memory_core.tools")
@@ -249,13 +250,13 @@ class MemoryTools:
         return f"memory_search timed out after {self.timeout_ms / 1000:g}s"
 
     def _keyword_matches(self, query: str, max_results: int | None, min_score: float | None) -> list[Any]:
-        """Memory-file keyword matches on an engine of their own (the full search may hold the shared one)."""
+        """Memory-file keyword matches: the owner's search as a deadline's fallback (it never waits
+        on the search in flight)."""
         core = self._core
         if core is None:  # the engine is still opening: nothing to read yet
             return []
-        engine = core.fallback_engine  # the owner's; never waits on the engine the full search holds
-        return list(engine.search(query, max_results=max_results, min_score=min_score, sources=["memory"],
-                                  lexical_only=True))
+        return list(core.search(query, max_results=max_results, min_score=min_score, sources=["memory"],
+                                keyword_fallback=True))
 
     def search(self, args: dict[str, Any], *, session_key: str | None = None) -> dict[str, Any]:
         """``memory_search``: bad arguments raise ToolArgumentError; failures return the unavailable result."""
@@ -291,12 +292,9 @@ class MemoryTools:
             timing["manager"] = (time.perf_counter() - started) * 1000
             t0 = time.perf_counter()
             hits: list[Any] = []
-            if sources:
-                kwargs = {"max_results": max_results, "min_score": min_score, "sources": sources}
-                hits = list(core.search(text, **kwargs))
-                if not hits:
-                    core.sync(reason="search")  # upstream: one forced sync, then search again
-                    hits = list(core.search(text, **kwargs))
+            if sources:  # upstream: no hits run one forced sync, then the search again
+                hits = list(core.search(text, max_results=max_results, min_score=min_score, sources=sources,
+                                        sync_if_empty=True))
             timing["search"] = (time.perf_counter() - t0) * 1000
             return hits
 

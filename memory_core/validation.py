@@ -24,6 +24,13 @@ DEFAULT_MAX_QUERY_CHARS = 32_768
 # A page of prose at the character limit has 5,000-6,000 words; only token spam ("a a a ...") or
 # machine-generated input has more terms.
 DEFAULT_MAX_QUERY_TERMS = 8_192
+# The most hits one gateway (v1, v2) or provider page returns: upstream's memory.search cap.
+MAX_PAGE_RESULTS = 50
+
+
+def cap_results(n: int) -> int:
+    """A requested page size within ``1..MAX_PAGE_RESULTS``: the one place the result cap applies."""
+    return max(1, min(MAX_PAGE_RESULTS, n))
 
 
 class QueryTooLarge(InvalidRequest):
@@ -97,7 +104,7 @@ class QueryBudget:
             raise QueryTooLarge(
                 f"query is too long: {chars} characters, the limit is {self.max_chars}; send a shorter "
                 f"query, or raise query.maxChars in the config (MEMORY_CORE_QUERY__MAX_CHARS)")
-        from host_facades.fts_query import word_tokens
+        from host_facades.retrieval.fts_query import word_tokens
 
         terms = len(word_tokens(query))
         if terms > self.max_terms:

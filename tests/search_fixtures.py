@@ -10,8 +10,8 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades.sqlite_ext import load_sqlite_vec
-from host_facades.vectors import encode_vector
+from host_facades.db.sqlite_ext import load_sqlite_vec
+from host_facades.db.vectors import encode_vector
 from memory_core.store import schema
 
 

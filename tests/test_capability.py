@@ -25,10 +25,10 @@ from memory_core.config import MemoryCoreConfig, load_config
 from memory_core.core import MemoryCore
 from memory_core.errors import MemoryManagerReloading
 from memory_core.flush_plan import build_memory_flush_plan
-from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
+from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost
 from memory_core.manifest import MANIFEST_SCHEMA, build_manifest, load_manifest
 from memory_core.prompt_section import build_prompt_section
-from memory_core.provider.types import MemoryProviderOpenParams
+from memory_core.contract.types import MemoryProviderOpenParams
 from memory_core.tools import MemoryTools
 from tests.gateway_fixtures import ROOT, child_env, make_workspace
 
@@ -242,7 +242,7 @@ def test_prepare_reload_fences_drains_and_resumes(indexed):
         with pytest.raises(MemoryManagerReloading, match="Memory provider is reloading; retry after"):
             runtime.core("main")
         drained = await handle.drain()
-        closed = first._closed
+        closed = first.closed
         handle.resume()
         again = await cap.runtime.get_memory_search_manager(agent_id="main")
         return refused, opened.error, drained, closed, runtime.core("main") is not first, again["manager"]
@@ -262,14 +262,14 @@ def test_reload_of_an_embedding_provider_spares_other_engines(indexed):
     keyword = runtime.core("main")
     handle = runtime.prepare_reload(retiring_embedding_providers=[{"id": "openai"}])
     assert asyncio.run(handle.drain()) == {"errors": []}
-    assert runtime.core("main") is keyword and not keyword._closed
+    assert runtime.core("main") is keyword and not keyword.closed
     later = runtime.prepare_reload(retire_runtime=True)
     handle.resume()  # an older handle does not lift a newer fence
     with pytest.raises(MemoryManagerReloading):
         runtime.core("main")
     later.resume()
     asyncio.run(runtime.close_memory_search_manager(agent_id="main"))
-    assert keyword._closed and runtime.core("main") is not keyword
+    assert keyword.closed and runtime.core("main") is not keyword
     asyncio.run(runtime.close_all_memory_search_managers())
     assert runtime.opened_core("main") is None
 
@@ -312,9 +312,11 @@ class BlockingCore:
 
     def __init__(self, real: MemoryCore, release: threading.Event, error: Exception | None = None) -> None:
         self.config, self.db_path, self._release, self._error = real.config, real.db_path, release, error
-        self.fallback_engine = real.fallback_engine  # the owner's keyword engine for the deadline
+        self._real = real
 
     def search(self, *args, **kwargs):
+        if kwargs.get("keyword_fallback"):  # the deadline's keyword answer reads the real index
+            return self._real.search(*args, **kwargs)
         if self._error is not None:
             raise self._error
         self._release.wait(60)

@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host_facades.chunking import (
+from host_facades.chunking.pipeline import (
     CHUNKING_VERSION,
     INVALID_PROJECT_ANNOTATION_KEY,
     ChunkSpec,
@@ -347,6 +347,6 @@ def test_prepare_never_raises_and_spans_are_ordered(content, curated):
     st.integers(min_value=32, max_value=400),
 )
 def test_vectorised_cjk_resplit_matches_the_greedy_loop(text, budget):
-    from host_facades.chunking import _greedy_pieces, _greedy_pieces_reference
+    from host_facades.chunking.pipeline import _greedy_pieces, _greedy_pieces_reference
 
     assert _greedy_pieces(text, budget) == _greedy_pieces_reference(text, budget)

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.config import MemoryCoreConfig
-from host_facades import ranking
+from host_facades.ranking import rank as ranking
 from memory_core.search.engine import SearchEngine
-from host_facades.ranking import RankingOptions
+from host_facades.ranking.rank import RankingOptions
 from tests.search_fixtures import FakeEmbedder, build_index
 from tests.test_search_cases import kw, ranked, vec
 

@@ -11,9 +11,9 @@ import apsw
 import numpy as np
 import pytest
 
-from host_facades.vector_cache import DerivedStateCache
-from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
-from host_facades.vectors import encode_vector
+from host_facades.retrieval.vector_cache import DerivedStateCache
+from host_facades.db.sqlite_read import db_identity, open_readonly, read_snapshot
+from host_facades.db.vectors import encode_vector
 from memory_core.errors import CursorExpired, WorkerUnavailable
 from memory_core.generations import CursorPins, GenerationLeases, GenerationMismatch, run_consistent
 from memory_core.store import schema

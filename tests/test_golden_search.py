@@ -10,6 +10,11 @@ Held fixed rather than normalised: the workspace is copied with every file's mti
 clock (temporal decay's "now") reads ``NOW_S``. Normalised, because they are measurements:
 the MCP tool's ``debug.*Ms`` timings (set to 0). Nothing else is touched.
 
+Each surface is recorded twice: keyword-only (provider "none", the example's default:
+``tests/golden/<surface>.json``) and hybrid with the ``local`` embedding provider
+(``tests/golden/hybrid_<surface>.json``). Both also record the CLI's text output and
+``search --explain --json`` (whose ``timingsMs`` are measurements, set to 0).
+
 Regenerate after an intended change of a surface (ranking, key style ...) with
 ``MEMORY_CORE_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden_search.py`` and review the diff.
 """
@@ -64,16 +69,34 @@ class _FrozenTime:
         return NOW_S
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    """(config path, workspace copy) of the indexed example; MEMORY_CORE_HOME is private."""
-    base = tmp_path_factory.mktemp("golden")
+MODES = ("keyword", "hybrid")
+
+
+def _local_provider_installed() -> bool:
+    from memory_core.embeddings.local import REQUIRED_MODULES
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in REQUIRED_MODULES)
+
+
+@pytest.fixture(scope="module", params=MODES)
+def example(request, tmp_path_factory):
+    """(config path, workspace copy, mode) of the indexed example; MEMORY_CORE_HOME is private.
+
+    ``hybrid`` is the example's config with ``provider = "local"`` appended."""
+    mode = request.param
+    if mode == "hybrid" and not _local_provider_installed():
+        pytest.skip("the local embedding provider is not installed (pip install '.[local]')")
+    base = tmp_path_factory.mktemp(f"golden-{mode}")
     ws = base / "workspace"
     shutil.copytree(ROOT / "examples" / "workspace", ws)
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (FILE_MTIME_S, FILE_MTIME_S))
     cfg = base / "memory-core.toml"
-    shutil.copyfile(ROOT / "examples" / "memory-core.toml", cfg)
+    text = (ROOT / "examples" / "memory-core.toml").read_text(encoding="utf-8")
+    if mode == "hybrid":
+        text = text.replace('\n[experimental]', 'provider = "local"\n\n[experimental]', 1)
+        assert 'provider = "local"' in text
+    cfg.write_text(text, encoding="utf-8")
     home = base / "state"
     home.mkdir()
     mp = pytest.MonkeyPatch()
@@ -81,17 +104,21 @@ def example(tmp_path_factory):
     mp.setattr("memory_core.search.engine.time", _FrozenTime())
     try:
         assert cli_main(["index", "--config", str(cfg), "--workspace", str(ws)]) == 0
-        yield cfg, ws
+        yield cfg, ws, mode
     finally:
         mp.undo()
 
 
 @pytest.fixture
 def frozen(example, monkeypatch):
-    cfg, ws = example
+    cfg, ws, mode = example
     monkeypatch.setenv("MEMORY_CORE_HOME", str(cfg.parent / "state"))
     monkeypatch.setattr("memory_core.search.engine.time", _FrozenTime())
-    return cfg, ws
+    return cfg, ws, mode
+
+
+def _name(mode: str, surface: str) -> str:
+    return surface if mode == "keyword" else f"{mode}_{surface}"
 
 
 def _config(cfg: Path, ws: Path):
@@ -111,16 +138,35 @@ def _check(surface: str, outputs: dict[str, str]) -> None:
         "MEMORY_CORE_UPDATE_GOLDEN=1 and review the diff")
 
 
-def test_cli_search_json_is_golden(frozen, capsys):
-    cfg, ws = frozen
+def _cli_outputs(cfg: Path, ws: Path, capsys, *flags: str) -> dict[str, str]:
     outputs = {}
     for query in QUERIES:
         capsys.readouterr()
-        code = cli_main(["search", "--config", str(cfg), "--workspace", str(ws), "--json", query])
+        code = cli_main(["search", "--config", str(cfg), "--workspace", str(ws), *flags, query])
         out = capsys.readouterr().out
         assert code == 0, out
         outputs[query] = out
-    _check("cli_search", outputs)
+    return outputs
+
+
+def test_cli_search_json_is_golden(frozen, capsys):
+    cfg, ws, mode = frozen
+    _check(_name(mode, "cli_search"), _cli_outputs(cfg, ws, capsys, "--json"))
+
+
+def test_cli_search_text_is_golden(frozen, capsys):
+    cfg, ws, mode = frozen
+    _check(_name(mode, "cli_search_text"), _cli_outputs(cfg, ws, capsys))
+
+
+def test_cli_search_explain_json_is_golden(frozen, capsys):
+    cfg, ws, mode = frozen
+    outputs = {}
+    for query, out in _cli_outputs(cfg, ws, capsys, "--explain", "--json").items():
+        data = json.loads(out)
+        data["timingsMs"] = {k: 0 for k in data["timingsMs"]}  # measurements
+        outputs[query] = json.dumps(data, indent=2, ensure_ascii=False)
+    _check(_name(mode, "cli_search_explain"), outputs)
 
 
 def _gateway_calls(config, params_list):
@@ -139,15 +185,17 @@ def _gateway_calls(config, params_list):
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_gateway_memory_search_is_golden(frozen, version):
-    config = _config(*frozen)
+    cfg, ws, mode = frozen
+    config = _config(cfg, ws)
     params = [{"query": q, "agentId": "example", "version": version} for q in QUERIES]
     payloads = _gateway_calls(config, params)
     outputs = {q: json.dumps(payload, ensure_ascii=False) for q, payload in zip(QUERIES, payloads)}
-    _check(f"gateway_v{version}_search", outputs)
+    _check(_name(mode, f"gateway_v{version}_search"), outputs)
 
 
 def test_mcp_memory_search_is_golden(frozen):
-    tools = MemoryTools(_config(*frozen))
+    cfg, ws, mode = frozen
+    tools = MemoryTools(_config(cfg, ws))
     outputs = {}
     try:
         for query in QUERIES:
@@ -157,4 +205,4 @@ def test_mcp_memory_search_is_golden(frozen):
             outputs[query] = _tool_result(details).content[0].text
     finally:
         tools.close()
-    _check("mcp_search", outputs)
+    _check(_name(mode, "mcp_search"), outputs)

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 from memory_core.errors import AuthorityNotCurrent, CapabilityNotDeclared, Forbidden, InvalidRequest, ProviderContractError
-from memory_core.host.audiences import AudienceRegistry
-from memory_core.host.enforcement import (
+from memory_core.slot.audiences import AudienceRegistry
+from memory_core.slot.enforcement import (
     BoundMemoryProvider,
     MemoryCapabilityRegistration,
     MemoryHost,
     PluginInstance,
     refresh_memory_provider_with_handoff,
 )
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     AbortSignal,
     HostAuthority,
     MemoryCallerContext,

@@ -20,10 +20,10 @@ from memory_core.config import MemoryCoreConfig
 from memory_core.core import MemoryCore
 from memory_core.gateway import protocol as p
 from memory_core.gateway.handlers import MemoryMethods, MemoryService, RequestScope
-from memory_core.host.audiences import AudienceRegistry
-from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost, native_owner_v1_refusal
-from memory_core.host.legacy import MemorySearchResult, SessionVisibilityAuthorizer
-from memory_core.provider.types import MemoryProviderOpenParams
+from memory_core.slot.audiences import AudienceRegistry
+from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost, native_owner_v1_refusal
+from memory_core.slot.legacy import MemorySearchResult, SessionVisibilityAuthorizer
+from memory_core.contract.types import MemoryProviderOpenParams
 
 RECORD_HIT = {"reference": {"providerId": "records", "id": "record"}, "excerpt": "a record"}
 

@@ -1,4 +1,4 @@
-"""Bring your embeddings (issue 24): an index built by the real openclaw 2026.9.6 (``openclaw memory
+"""Bring your embeddings: an index built by the real openclaw 2026.9.6 (``openclaw memory
 index``, an ``openai-compatible`` provider pointed at a loopback server here), then ``memory-core
 import-embeddings --from`` it, then ``memory-core index``: unchanged chunks make zero embedding calls,
 counted at the server. The same ``openclaw.json`` configures both.

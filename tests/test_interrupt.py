@@ -49,7 +49,7 @@ def test_a_failed_run_records_a_reason_even_when_the_error_has_none(workspace, m
         def fail(*args, **kwargs):
             raise exc
 
-        monkeypatch.setattr("memory_core.core.run_sync", fail)
+        monkeypatch.setattr("memory_core.index_owner.run_sync", fail)
         with pytest.raises(type(exc)):
             core.index(force=force)
         assert core.status()["last_sync"]["error"] == recorded

@@ -1,4 +1,4 @@
-"""An OpenClaw operator's openclaw.json read as-is (issue 24): JSON5, the agent roster with its
+"""An OpenClaw operator's openclaw.json read as-is: JSON5, the agent roster with its
 workspaces and per-agent ``memory.search``, ``enabled = false``, and the keys memory-core accepts
 without using them. Upstream: src/config/ (JSON5 via ``json5``), ``resolveAgentWorkspaceDir``
 (dist/agent-scope-config-*.mjs), docs/reference/memory-config.md, docs/cli/memory.md."""

@@ -336,7 +336,7 @@ def test_the_owner_holds_all_its_state_from_the_start(tmp_path):
         before = set(vars(core))
         core.index()
         assert [h.path for h in core.search("owner fact")] == ["MEMORY.md"]
-        assert core.cursor_pins is core.cursor_pins and core.retriever is core.search_engine.retriever
+        assert core.retriever is core.search_engine.retriever
         core.serve_freshness(watch=False)
         core.status()
         assert set(vars(core)) == before

@@ -1,15 +1,15 @@
 """Passage vectors: a long chunk also gets one vector per passage, and its vector score is the best
-of its own cosine and its passages' (host_facades.chunking.split_passages, vector_state, vector_search)."""
+of its own cosine and its passages' (host_facades.chunking.pipeline.split_passages, vector_state, vector_search)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from host_facades import vector_search
-from host_facades.chunking import split_passages
-from host_facades.sqlite_read import open_readonly, read_snapshot
-from host_facades.chunking import hash_text
+from host_facades.retrieval import vector_search
+from host_facades.chunking.pipeline import split_passages
+from host_facades.db.sqlite_read import open_readonly, read_snapshot
+from host_facades.chunking.pipeline import hash_text
 from memory_core.embeddings import embed_with_passages
 from memory_core.store.writer import IndexWriter
 from tests.search_fixtures import FakeEmbedder
@@ -121,8 +121,8 @@ def test_writer_keeps_passage_rows_only_for_long_chunks_and_drops_them_with_the_
 
 
 def test_a_shared_mapped_state_keeps_reducing_passages_to_chunks(passage_index, tmp_path):
-    from host_facades import vector_cache
-    from host_facades.vector_state import load_vector_state
+    from host_facades.retrieval import vector_cache
+    from host_facades.retrieval.vector_state import load_vector_state
 
     _w, path, emb = passage_index
     conn = open_readonly(path)

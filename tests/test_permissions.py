@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from host_facades import vector_cache
+from host_facades.retrieval import vector_cache
 from memory_core.store.perms import loose_files, tighten
 from tests.gateway_fixtures import ROOT, make_workspace
 
@@ -78,7 +78,7 @@ def test_status_warns_about_loose_files_and_index_fixes_them(tmp_path):
 
     out = cli(tmp_path, "status", "--json")
     assert out.returncode == 0, out.stderr
-    loose = [item for item in json.loads(out.stdout)["loosePermissions"]
+    loose = [item for item in json.loads(out.stdout)[0]["loosePermissions"]
              if not item["path"].endswith(("-wal", "-shm"))]  # status's own read made them, as loose as the file
     assert loose == [
         {"path": str(state), "mode": "0755"},

@@ -240,10 +240,10 @@ def test_inline_pool_runs_the_same_tasks_in_process():
 
 
 @pytest.mark.parametrize("module", ["workers.runtime", "workers.tasks", "workers.frames", "workers.launch",
-                                    "host_facades.vector_cache", "host_facades.sqlite_read", "host_facades.vector_state",
-                                    "host_facades.fts_query", "host_facades.fts_search", "host_facades.keywords", "host_facades.vector_search",
-                                    "host_facades.chunking", "host_facades.ranking",
-                                    "host_facades.search_run", "host_facades.search_edge", "host_facades.chunk_rows"])
+                                    "host_facades.retrieval.vector_cache", "host_facades.db.sqlite_read", "host_facades.retrieval.vector_state",
+                                    "host_facades.retrieval.fts_query", "host_facades.retrieval.fts_search", "host_facades.retrieval.keywords", "host_facades.retrieval.vector_search",
+                                    "host_facades.chunking.pipeline", "host_facades.ranking.rank",
+                                    "host_facades.search.run", "host_facades.search.edge", "host_facades.db.chunk_rows"])
 def test_worker_modules_import_no_owner_modules(module):
     code = (
         f"import sys, importlib; importlib.import_module({module!r});"

@@ -90,8 +90,8 @@ def test_pooled_search_equals_in_process(workspace, shared_pool):
         inproc, pooled, retriever = engines(core, shared_pool)
         for query, kw in [("rocket release", {}), ("green tea", {"lexical_only": True}),
                           ("changelog", {"sources": ["sessions"]}), ("jenkins", {"sources": ["memory", "sessions"]})]:
-            a = inproc.search_with_details(query, **kw)
-            b = pooled.search_with_details(query, **kw)
+            a = inproc.explain(query, **kw)
+            b = pooled.explain(query, **kw)
             assert b.hits == a.hits and b.mode == a.mode and b.revision == a.revision
             assert b.hits, query
         assert [h.path for h in pooled.search("rocket release", max_results=2)] == ["memory/rocket.md", "sessions/s1.jsonl"]
@@ -160,8 +160,8 @@ class PooledVsInProcess(RuleBasedStateMachine):
           lexical=st.booleans(), sources=st.sampled_from([None, ["memory"], ["sessions"], ["memory", "sessions"]]))
     def search(self, query, lexical, sources):
         q = " ".join(query)
-        a = self.inproc.search_with_details(q, lexical_only=lexical, sources=sources)
-        b = self.pooled.search_with_details(q, lexical_only=lexical, sources=sources)
+        a = self.inproc.explain(q, lexical_only=lexical, sources=sources)
+        b = self.pooled.explain(q, lexical_only=lexical, sources=sources)
         assert (b.mode, b.revision, b.hits) == (a.mode, a.revision, a.hits)
         STATS["searches"] += 1
         STATS["hits"] += len(b.hits)
@@ -245,21 +245,14 @@ def test_a_cold_indexing_pool_is_started_only_for_enough_files(tmp_path, monkeyp
             assert (indexing.stats["started"] > 0, indexing.stats["completed"] >= 4) == (started, started)
 
 
-def test_shared_pools_follow_pool_workers_and_cursor_pins_share_leases(workspace):
-    from workers import shared
-
+def test_shared_pools_follow_pool_workers(workspace):
     (workspace / "MEMORY.md").write_text("- likes green tea\n")
     inproc = MemoryCore(str(workspace), config=load_config(None, overrides={"pool": {"workers": 0}}))
     pooled = MemoryCore(str(workspace), config=load_config(None, overrides={"pool": {"workers": 1, "cursor_ttl_s": 5}}))
     with inproc, pooled:
-        assert shared.retriever_for(inproc) is None
-        retriever = shared.retriever_for(pooled)
-        assert retriever is shared.retriever_for(pooled) and retriever.pool.size == 1
+        assert inproc.retriever is None
+        retriever = pooled.retriever
+        assert retriever is pooled.retriever and retriever.pool.size == 1
         pooled.index()
         assert [h.path for h in pooled.search("green tea")] == [h.path for h in inproc.search("green tea")] == ["MEMORY.md"]
-        pins = shared.cursor_pins_for(pooled)
-        token = pins.pin("db", 3, state=["page-2"])
-        assert pins.ttl_s == 5 and retriever.leases.count() == 1
-        assert pins.get(token) == ("db", 3, ["page-2"])
-        pins.release(token)
         assert retriever.leases.count() == 0

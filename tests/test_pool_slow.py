@@ -40,7 +40,7 @@ def test_concurrent_searchers_while_republishing(workspace):
         while not stop.is_set():
             q = f"{WORDS[(k + i) % len(WORDS)]} {WORDS[(k * 3 + i) % len(WORDS)]}"
             try:
-                d = eng.search_with_details(q, lexical_only=(i % 3 == 0))
+                d = eng.explain(q, lexical_only=(i % 3 == 0))
                 revisions.add(d.revision)
                 counts[k] += 1
             except Exception as exc:  # noqa: BLE001 - every failure is recorded and fails the test

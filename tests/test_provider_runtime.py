@@ -27,8 +27,8 @@ from memory_core.errors import (
     InvalidRequest,
     ProviderUnavailable,
 )
-from memory_core.host.audiences import AudienceRegistry
-from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost, is_valid_capabilities
+from memory_core.slot.audiences import AudienceRegistry
+from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost, is_valid_capabilities
 from memory_core.provider import runtime as rt
 from memory_core.provider.runtime import (
     CAPABILITIES,
@@ -38,7 +38,7 @@ from memory_core.provider.runtime import (
     UNAVAILABLE_STORE,
     MemoryCoreProviderRuntime,
 )
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     AbortSignal,
     ConversationAudience,
     ConversationRecallContext,
@@ -187,15 +187,17 @@ async def open_lease(runtime: MemoryCoreProviderRuntime, authority: Any = OPERAT
 
 
 def engine_spy(runtime: MemoryCoreProviderRuntime, agent: str = "main") -> list[str]:
+    """The queries the agent's engine read the store for: its request is built after the query
+    embedding (and the embedding hook's currency check), right before the read."""
     engine = runtime.engine(agent)
     calls: list[str] = []
-    real = engine.search_with_details
+    real = engine._request
 
-    def spy(*a: Any, **k: Any) -> Any:
-        calls.append(a[0])
-        return real(*a, **k)
+    def spy(q: str, *a: Any, **k: Any) -> Any:
+        calls.append(q)
+        return real(q, *a, **k)
 
-    engine.search_with_details = spy  # type: ignore[method-assign]
+    engine._request = spy  # type: ignore[method-assign]
     return calls
 
 
@@ -781,8 +783,8 @@ def test_search_pages_come_from_the_search_hits_alone(indexed: MemoryCoreConfig,
 
     monkeypatch.setattr(rt, "read_chunks", no_reread)
     engine = runtime.engine("main")
-    real, asked = engine.search_with_details, []
-    engine.search_with_details = lambda *a, **k: asked.append(k["details"]) or real(*a, **k)  # type: ignore
+    real, asked = engine.search, []
+    engine.search = lambda *a, **k: asked.append(k.get("details", False)) or real(*a, **k)  # type: ignore
 
     async def go() -> tuple[list[dict], list[dict]]:
         lease = await open_lease(runtime)
@@ -810,8 +812,8 @@ def test_v2_ranks_the_candidates_of_one_page_and_keeps_the_window_for_its_cursor
     keeps up to the window of them for the cursor pages: its first page is v1's answer."""
     runtime = MemoryCoreProviderRuntime(indexed)
     engine = runtime.engine("main")
-    real, asked = engine.search_with_details, []
-    engine.search_with_details = lambda *a, **k: asked.append(  # type: ignore[method-assign]
+    real, asked = engine.search, []
+    engine.search = lambda *a, **k: asked.append(  # type: ignore[method-assign]
         (k["max_results"], k["candidates_for"])) or real(*a, **k)
 
     async def go() -> list[str]:
@@ -820,8 +822,9 @@ def test_v2_ranks_the_candidates_of_one_page_and_keeps_the_window_for_its_cursor
         return [h.citations[0].label for h in page.hits]
 
     first_page = run(go())
+    v2_asked = list(asked)
     v1 = runtime.core("main").search("tomatoes", max_results=2, min_score=0)
-    assert asked == [(24, 2)] and first_page == [h.citation for h in v1] == ["MEMORY.md#L7-L8", "memory/notes.md#L1-L4"]
+    assert v2_asked == [(24, 2)] and first_page == [h.citation for h in v1] == ["MEMORY.md#L7-L8", "memory/notes.md#L1-L4"]
 
 
 def test_checklist_12_project_filter(indexed: MemoryCoreConfig) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     MemoryCandidateRequest,
     MemoryCitation,
     MemoryGetNotFound,

@@ -1,4 +1,4 @@
-"""OpenClaw's named embedding providers (issue 24) against a real loopback HTTP server that answers
+"""OpenClaw's named embedding providers against a real loopback HTTP server that answers
 in each API's shape and counts the calls.
 
 Request shapes, headers, defaults and response shapes recorded from upstream (openclaw 2026.9.6 and
@@ -238,7 +238,7 @@ def test_fallback_takes_over_when_the_first_returns_500s_and_the_index_records_i
                      modelProviders={fb: {"baseUrl": server.url + "/fb/v1", "apiKey": KEY}})
     with MemoryCore(str(ws), config=cfg) as core:
         summary = core.index()
-        meta = json.loads(core.read_meta_value(schema.META_KEY))
+        meta = json.loads(core._owner.read_meta_value(schema.META_KEY))
         hits = core.search("who owns billing", min_score=0)
     assert (summary.provider, summary.model, summary.chunks) == (fb, SPECS[fb].default_model, 2)
     assert (meta["provider"], meta["model"], meta["vectorDims"]) == (fb, SPECS[fb].default_model, DIMS)

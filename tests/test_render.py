@@ -1,4 +1,4 @@
-"""One hit, every surface: ``memory_core.search.render`` on one hand-made SearchHit, the one citation
+"""One hit, every surface: ``memory_core.surfaces.render`` on one hand-made SearchHit, the one citation
 formatter and the one project-key splitter."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import fields, replace
 
-from host_facades.ranking import citation_for, project_keys_of, project_multiplier
-from memory_core.host.legacy import MemorySearchResult, convert_legacy_hit
+from host_facades.search.hit import surface_fields
+from host_facades.ranking.rank import citation_for, project_keys_of, project_multiplier
+from memory_core.slot.legacy import MemorySearchResult, convert_legacy_hit
 from memory_core.provider.runtime import project_admits
-from memory_core.search import render
+from memory_core.surfaces import render
 from memory_core.search.types import SearchHit
 
 HIT = SearchHit(
@@ -32,7 +33,7 @@ def test_wire_is_every_field_but_hash_in_field_order() -> None:
         "projectKey": "github.com/acme/rocket; github.com/acme/infra", "provenance": PROVENANCE,
         "sourceMtime": 1794830400.0})
     assert HIT.to_dict() == render.wire(HIT)
-    assert [name for name, _ in render._WIRE] == [f.name for f in fields(SearchHit) if f.name != "hash"]
+    assert [name for name, _ in surface_fields("wire")] == [f.name for f in fields(SearchHit) if f.name != "hash"]
 
 
 def test_wire_omits_none_and_copies_provenance() -> None:

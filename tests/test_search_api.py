@@ -264,8 +264,9 @@ def test_mcp_memory_get_of_a_transcript_returns_the_flattened_text(session_core)
 def test_hits_from_reply_builds_the_same_hit_as_the_constructor():
     import dataclasses
 
-    from host_facades.ranking import Candidate
-    from host_facades.search_edge import HIT_FIELDS, SearchReply, hit_row
+    from host_facades.ranking.rank import Candidate
+    from host_facades.search.hit import HIT_FIELDS, hit_row
+    from host_facades.search.edge import SearchReply
     from memory_core.search.types import SearchHit, hits_from_reply
 
     c = Candidate(id="c1", path="memory/a.md", source="memory", start_line=3, end_line=5, snippet="snippet",
@@ -290,7 +291,7 @@ def test_hits_from_reply_builds_the_same_hit_as_the_constructor():
 def test_a_search_request_is_frozen_and_reads_the_typed_config(tmp_path):
     import dataclasses
 
-    from host_facades.search_edge import SearchRequest
+    from host_facades.search.edge import SearchRequest
     from memory_core.search.engine import SearchEngine
 
     cfg = MemoryCoreConfig(workspace=str(tmp_path), state_dir=str(tmp_path),

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from host_facades import fts_query, fts_search
+from host_facades.retrieval import fts_query, fts_search
 from memory_core.config import MemoryCoreConfig
-from host_facades import ranking
+from host_facades.ranking import rank as ranking
 from memory_core.search.engine import SearchEngine, candidate_count
-from host_facades.ranking import RankingOptions
+from host_facades.ranking.rank import RankingOptions
 from tests.search_fixtures import build_index
 
 NO_MMR_NO_DECAY = RankingOptions(mmr_enabled=False, decay_enabled=False)

@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-from host_facades.ranking import RankingOptions
-from host_facades.search_edge import SearchReply, SearchRequest
+from host_facades.ranking.rank import RankingOptions
+from host_facades.search.edge import SearchReply, SearchRequest
 from memory_core.errors import InvalidRequest
 from tests.search_fixtures import build_index
 from workers.pool import InlinePool, WorkerPool
@@ -39,7 +39,7 @@ def test_request_and_reply_survive_a_pickle_round_trip():
 def test_the_search_task_takes_only_a_search_request(tmp_path):
     db = build_index(tmp_path / "e.sqlite", [{"path": "memory/a.md", "text": "rocket release notes"}])
     as_dict = {"query": "rocket", "candidates": 24, "max_results": 6, "min_score": 0.0}
-    message = "the search task takes a host_facades.search_edge.SearchRequest as 'req', got dict"
+    message = "the search task takes a host_facades.search.edge.SearchRequest as 'req', got dict"
     pool = WorkerPool("retrieval", 1, idle_timeout_s=None)
     try:
         for retriever in (PooledRetriever(db, InlinePool()), PooledRetriever(db, pool)):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host_facades import fts_query, fts_search, keywords
-from host_facades.sqlite_read import open_readonly
+from host_facades.retrieval import fts_query, fts_search, keywords
+from host_facades.db.sqlite_read import open_readonly
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
 from tests.search_fixtures import FakeEmbedder, build_index
@@ -119,7 +119,7 @@ def test_conversational_query_finds_keyword_hits(tmp_path):
         {"id": "other", "path": "memory/other.md", "text": "Garden notes: tomatoes and basil."},
     ])
     engine = SearchEngine(MemoryCoreConfig(), db)
-    details = engine.search_with_details("what did we decide about that api thing yesterday?", min_score=0.0)
+    details = engine.explain("what did we decide about that api thing yesterday?", min_score=0.0)
     assert [h.id for h in details.hits] == ["api"]
     assert details.keyword["full_count"] == 0 and details.keyword["probes"][0]["or"] == '("decide" OR "decid"*) OR "api"'
     engine.close()

@@ -6,9 +6,9 @@ import apsw
 import numpy as np
 import pytest
 
-from host_facades import vector_search
-from host_facades.sqlite_read import open_readonly, read_snapshot
-from host_facades.vectors import encode_vector
+from host_facades.retrieval import vector_search
+from host_facades.db.sqlite_read import open_readonly, read_snapshot
+from host_facades.db.vectors import encode_vector
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
 from tests.search_fixtures import FakeEmbedder, add_chunk, build_index, open_db
@@ -137,7 +137,7 @@ def test_hybrid_engine_with_fake_embedder(tmp_path):
     for backend in BACKENDS:
         cfg = MemoryCoreConfig(provider="fake", store={"vector": {"backend": backend}})
         engine = SearchEngine(cfg, db, emb)
-        details = engine.search_with_details("cats purr")
+        details = engine.explain("cats purr")
         assert details.mode == "hybrid"
         assert [h.path for h in details.hits][:1] == ["memory/cats.md"]
         top = details.hits[0]

@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host_facades.sessions import (
+from host_facades.chunking.transcripts import (
     EMPTY_SESSION_HASH,
     HEARTBEAT_PROMPT,
     flatten_session_lines,

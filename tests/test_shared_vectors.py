@@ -1,4 +1,4 @@
-"""Derived vector state shared by the workers through mapped files (host_facades.vector_cache):
+"""Derived vector state shared by the workers through mapped files (host_facades.retrieval.vector_cache):
 built once per generation, mapped by every worker, pruned to the current and leased generations."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from benchmarks.bench_throughput import MODEL, build_db
-from host_facades import vector_cache
-from host_facades.vector_cache import DerivedStateCache
-from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
-from host_facades.vectors import encode_vector
+from host_facades.retrieval import vector_cache
+from host_facades.retrieval.vector_cache import DerivedStateCache
+from host_facades.db.sqlite_read import db_identity, open_readonly, read_snapshot
+from host_facades.db.vectors import encode_vector
 from tests.helpers import runtime_infos
 from tests.worker_tasks import TASK_MODULES
 from workers.inline import InlinePool

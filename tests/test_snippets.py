@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memory_core.search.snippets import render_snippet
+from memory_core.surfaces.snippets import render_snippet
 
 TEXT = "\n".join(f"line {i} filler" for i in range(1, 21)).replace("line 15 filler", "line 15 code freeze is Friday")
 

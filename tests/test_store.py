@@ -10,8 +10,8 @@ import apsw
 import numpy as np
 import pytest
 
-from host_facades.chunking import PreparedChunk, chunk_id, hash_text
-from host_facades.vectors import decode_vector
+from host_facades.chunking.pipeline import PreparedChunk, chunk_id, hash_text
+from host_facades.db.vectors import decode_vector
 from memory_core.errors import IndexBusy
 from memory_core.sources import SourceEntry
 from memory_core.store.reindex import atomic_reindex, lock_path, reindex_lock, sweep_temp_files

@@ -193,7 +193,7 @@ def test_read_only_state_dir_searches_and_reports_but_refuses_to_index(tmp_path,
     assert [h["path"] for h in json.loads(r.stdout)["results"]] == ["memory/a.md"]
     r = cli(["status", "--json", *ws], home, prefix)
     assert r.returncode == 0, r.stderr
-    st = json.loads(r.stdout)
+    st = json.loads(r.stdout)[0]
     assert (st["files"], st["chunks"], st["stateDirProblem"]) == (41, 81, "permission denied")
     for args in (["index"], ["index", "--force"], ["watch", "--seconds", "600"]):
         # watch stops at once, it does not retry: were it watching for its 600 s, cli() would time out

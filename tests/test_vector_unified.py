@@ -1,4 +1,4 @@
-"""One in-memory vector search (host_facades.vector_state) for in-process and pooled searches:
+"""One in-memory vector search (host_facades.retrieval.vector_state) for in-process and pooled searches:
 identical results, exact top-k from the compressed candidate indexes, bounded in-process cache."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host_facades import vector_cache, vector_search
-from host_facades.sqlite_read import db_identity, open_readonly, read_snapshot
-from host_facades.vector_state import VectorState, build_index
-from host_facades.vectors import encode_vector
+from host_facades.retrieval import vector_cache, vector_search
+from host_facades.db.sqlite_read import db_identity, open_readonly, read_snapshot
+from host_facades.retrieval.vector_state import VectorState, build_index
+from host_facades.db.vectors import encode_vector
 from memory_core.config import MemoryCoreConfig
 from memory_core.search.engine import SearchEngine
 from memory_core.store.reindex import swap_into_place
@@ -145,7 +145,7 @@ def test_in_process_cache_keeps_only_the_current_generation(tmp_path):
     revisions = []
     for i in range(4):
         hits = engine.search("a", query_vector=[1.0, 0.0])
-        revisions.append(engine.search_with_details("a", query_vector=[1.0, 0.0]).revision)
+        revisions.append(engine.explain("a", query_vector=[1.0, 0.0]).revision)
         assert {h.id for h in hits} >= {"a"}
         assert cached() == [(db_id, revisions[-1], "")]  # current generation only
         add_chunk(w, id=f"n{i}", path=f"memory/n{i}.md", text="n", model="m", vector=[0.6, 0.8], vec_table=False)

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from benchmarks.worker_tasks import ping  # noqa: F401 - registers "ping" (the pool round trip)
-from host_facades import vector_cache
-from host_facades.chunk_rows import read_chunks
+from host_facades.retrieval import vector_cache
+from host_facades.db.chunk_rows import read_chunks
 from workers.tasks import OPS, TaskError, WorkerContext, task
 
 TASK_MODULES = ("tests.worker_tasks",)
@@ -91,7 +91,7 @@ def _op_fts_raw(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str
 
 
 def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dict]:
-    """The chunk metadata of ``op["ids"]`` in the task's snapshot (``host_facades.chunk_rows.read_chunks``)."""
+    """The chunk metadata of ``op["ids"]`` in the task's snapshot (``host_facades.db.chunk_rows.read_chunks``)."""
     return read_chunks(conn, list(op["ids"]))
 
 

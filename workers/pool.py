@@ -1,4 +1,5 @@
-"""The worker pool's owner-side API: :class:`WorkerPool` and :func:`create_pools` (spec §8.1-8.2).
+"""The worker pool's owner-side API: :class:`WorkerPool` and :func:`create_pools` (upstream
+`src/plugin-sdk/process-runtime.ts`, `memory/manager-cpu-worker-runtime.ts`).
 
 A :class:`WorkerPool` (upstream ``WorkerTaskPool``) runs up to ``size`` worker processes
 (``multiprocess``, start method ``forkserver`` by default or ``spawn``; never plain ``fork``). Each
@@ -44,7 +45,8 @@ MAX_PIPELINE_DEPTH = 8
 
 
 class WorkerPool:
-    """A bounded pool of worker processes; each runs one task at a time (spec §8.1).
+    """A bounded pool of worker processes; each runs one task at a time (upstream
+    `src/plugin-sdk/process-runtime.ts`).
 
     ``task_modules``: modules every worker imports at start, which add tasks with
     :func:`workers.tasks.task` (tests pass ``tests.worker_tasks``; the product needs none)."""
@@ -203,7 +205,8 @@ def create_pools(
     task_timeout_s: float | None = None,
     idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
 ) -> tuple[WorkerPool | InlinePool, WorkerPool | InlinePool]:
-    """The two pools of spec §8.2: ``(retrieval, indexing)``; ``workers=0`` gives inline pools."""
+    """The two pools of upstream `memory/manager-cpu-worker-runtime.ts`: ``(retrieval, indexing)``;
+    ``workers=0`` gives inline pools."""
     n = os.cpu_count() or 1 if workers is None else workers
     if n == 0:
         return InlinePool("retrieval"), InlinePool("indexing")

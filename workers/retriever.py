@@ -1,7 +1,7 @@
 """Owner-side adapter: run a search's retrieval through a pool on one leased generation.
 
 :class:`PooledRetriever` is what the search engine calls instead of opening its own reader:
-``run_search(req)`` runs a whole search as ONE ``search`` task (``host_facades.search_run``: a
+``run_search(req)`` runs a whole search as ONE ``search`` task (``host_facades.search.run``: a
 ``SearchRequest`` in, a ``SearchReply`` out) and ``retrieve(ops, metadata="hits")`` runs retrieval
 ops plus the metadata read as ONE ``retrieve`` task. Each task is one read transaction, i.e. one
 generation (memory_core/generations.py); the adapter holds a lease for the duration and keeps
@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from host_facades.search_edge import SearchReply, SearchRequest, reply_from_wire
-from host_facades.vector_cache import prune_shared
+from host_facades.search.edge import SearchReply, SearchRequest, reply_from_wire
+from host_facades.retrieval.vector_cache import prune_shared
 from memory_core.generations import GenerationLeases
 from workers.inline import InlinePool
 from workers.pool import WorkerPool
@@ -49,7 +49,7 @@ class PooledRetriever:
             lease.release()
 
     def run_search(self, req: SearchRequest, *, timeout_s: float | None = None) -> SearchReply:
-        """A whole search as one ``search`` task (``host_facades.search_run.run_search`` in the
+        """A whole search as one ``search`` task (``host_facades.search.run.run_search`` in the
         worker) on one leased generation; an absent database answers ``empty_index``."""
         lease, keep = self.leases.acquire_unbound(self.current_db_id)
         try:
@@ -98,7 +98,7 @@ class PooledRetriever:
         self._prune_shared()
 
     def _prune_shared(self) -> None:
-        """Remove the shared derived-state files (host_facades.vector_cache) of generations
+        """Remove the shared derived-state files (host_facades.retrieval.vector_cache) of generations
         that are neither current nor leased: on disk, too, at most those occupy space."""
         keep: dict[str, set[int]] = {}
         for (db_id, revision), n in self.leases.snapshot().items():

@@ -1,7 +1,8 @@
 """Process-wide pools for MemoryCore (owner side).
 
 ``MemoryCore`` searches and index preparation run through two shared pools per pool
-configuration (``config.pool``): ``retrieval`` and ``indexing`` (spec §8.2). ``pool.workers = 0``
+configuration (``config.pool``): ``retrieval`` and ``indexing`` (upstream
+`memory/manager-cpu-worker-runtime.ts`). ``pool.workers = 0``
 means in-process (no pool). Pools are created on first use, shared by every agent/core of the
 process (workers reopen databases by path), and closed at interpreter exit or by :func:`close_all`.
 """
@@ -12,7 +13,6 @@ import atexit
 import threading
 from typing import Any
 
-from memory_core.generations import CursorPins
 from workers.pool import INDEXING_MAX_PENDING_BYTES, WorkerPool
 from workers.retriever import PooledRetriever
 
@@ -56,16 +56,6 @@ def make_retriever(cfg: Any, db_path: str) -> PooledRetriever | None:
     if pools is None:
         return None
     return PooledRetriever(db_path, pools["retrieval"], timeout_s=cfg.pool.task_timeout_s)
-
-
-def retriever_for(core: Any) -> PooledRetriever | None:
-    """The core's :class:`PooledRetriever`, or None for in-process search."""
-    return core.retriever
-
-
-def cursor_pins_for(core: Any) -> CursorPins:
-    """Pagination-cursor pins sharing the core's generation leases (TTL = ``pool.cursor_ttl_s``)."""
-    return core.cursor_pins
 
 
 def close_all() -> None:
@@ -123,7 +113,7 @@ class PreparedStream:
         try:
             return fut.result()
         except (WorkerOverloaded, WorkerUnavailable, WorkerTimeout):
-            from host_facades.chunking import prepare_chunks
+            from host_facades.chunking.pipeline import prepare_chunks
 
             return prepare_chunks(**self._kwargs(self.entries[i]))
         except WorkerError as exc:

@@ -17,18 +17,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from host_facades.chunk_rows import read_chunks
-from host_facades.search_edge import SearchReply, SearchRequest, request_from_wire
-from host_facades.vector_cache import DerivedStateCache
-from host_facades.sqlite_read import (
+from host_facades.db.chunk_rows import read_chunks
+from host_facades.search.edge import SearchReply, SearchRequest, request_from_wire
+from host_facades.retrieval.vector_cache import DerivedStateCache
+from host_facades.db.sqlite_read import (
     SQLITE_IDLE_HANDLE_TTL_S,
     db_identity,
     open_readonly,
     read_snapshot,
     unreadable,
 )
-from host_facades.vector_state import model_key
-from host_facades.vectors import decode_vector
+from host_facades.retrieval.vector_state import model_key
+from host_facades.db.vectors import decode_vector
 
 MAX_CACHED_READERS = 8
 T = TypeVar("T")
@@ -66,7 +66,7 @@ class WorkerContext:
     """Per-process state that outlives one task: the derived per-generation vector state."""
 
     pool_name: str = "inline"
-    # large states are shared with the other workers through mapped files (host_facades.vector_cache)
+    # large states are shared with the other workers through mapped files (host_facades.retrieval.vector_cache)
     cache: DerivedStateCache = field(default_factory=lambda: DerivedStateCache(shared=True))
     tasks_run: int = 0
     # db_path -> (read-only connection, file identity, last use); reused between tasks while the
@@ -147,7 +147,8 @@ def drop_control(payload: dict, ctx: WorkerContext) -> None:
 
 @task("index_state")
 def index_state(payload: dict, ctx: WorkerContext) -> dict:
-    """Revision, identity and counts of the index; an absent database is an empty state (§8.3)."""
+    """Revision, identity and counts of the index; an absent database is an empty state (upstream
+    `memory/manager-search.worker.ts`)."""
     db_path = payload["db_path"]
     if not os.path.exists(db_path):
         return {"exists": False, "db_id": None, "revision": 0, "chunks": 0, "vectors": 0}
@@ -174,23 +175,18 @@ def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str,
     qvec = op["qvec"]
     q = decode_vector(qvec) if isinstance(qvec, (bytes, bytearray)) else np.asarray(qvec, dtype=np.float32)
     backend = op.get("backend", "auto")
-    if backend == "sqlite-vec":
-        from host_facades import vector_search
+    if backend not in ("auto", "faiss", "numpy", "sqlite-vec"):
+        raise TaskError("InvalidRequest", "invalid_request",
+                        f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
+    from host_facades.retrieval import vector_search
 
-        return vector_search.knn_search(conn, q, limit=int(op["limit"]), model=op["model"], backend="sqlite-vec")
-    if backend not in ("auto", "faiss", "numpy"):
-        raise TaskError("InvalidRequest", "invalid_request", f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
-    model = op.get("model")
-    key = (env["db_id"], env["revision"], model_key(model))
-    state = ctx.cache.get_or_build(conn, key)
     sources = op.get("sources")
-    # the same VectorState.search as in-process searches (host_facades.vector_search): identical results
-    pairs = state.search(q, int(op["limit"]), sources=list(sources) if sources else None, exact=backend == "numpy")
-    if op.get("rows"):  # the row shape of host_facades.vector_search.knn_search
-        from host_facades.vector_search import load_rows
-
-        return load_rows(conn, pairs)
-    return pairs
+    # the one dispatcher in-process searches use, on this worker's cached state: identical results
+    return vector_search.knn_search(
+        conn, q, limit=int(op["limit"]), model=op.get("model"), sources=list(sources) if sources else None,
+        backend=backend, vector_state=lambda c, model: ctx.cache.get_or_build(c, (env["db_id"], env["revision"],
+                                                                                 model_key(model))),
+        pairs=not op.get("rows"))
 
 
 OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
@@ -237,14 +233,14 @@ def retrieve(payload: dict, ctx: WorkerContext) -> dict:
 @task("search")
 def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchReply | None]:
     """A WHOLE search (retrieval + metadata + ranking + selection) on one snapshot:
-    ``host_facades.search_run.run_search``, the same function in-process searches call.
+    ``host_facades.search.run.run_search``, the same function in-process searches call.
 
     payload: ``db_path``, ``keep`` (as for ``retrieve``) and ``req``, a
-    :class:`~host_facades.search_edge.SearchRequest`. Returns ``(db_id, revision, reply)``;
+    :class:`~host_facades.search.edge.SearchRequest`. Returns ``(db_id, revision, reply)``;
     ``(None, 0, None)`` when the database file does not exist. A request in its wire form
-    (:meth:`~host_facades.search_edge.SearchRequest.wire`, what the pooled owner sends) is answered
-    in the reply's (:meth:`~host_facades.search_edge.SearchReply.wire`)."""
-    from host_facades.search_run import run_search
+    (:meth:`~host_facades.search.edge.SearchRequest.wire`, what the pooled owner sends) is answered
+    in the reply's (:meth:`~host_facades.search.edge.SearchReply.wire`)."""
+    from host_facades.search.run import run_search
 
     req = payload.get("req")
     wire = type(req) is tuple
@@ -252,7 +248,7 @@ def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchRe
         req = request_from_wire(req)
     elif not isinstance(req, SearchRequest):
         raise TaskError("InvalidRequest", "invalid_request",
-                        f"the search task takes a host_facades.search_edge.SearchRequest as 'req', "
+                        f"the search task takes a host_facades.search.edge.SearchRequest as 'req', "
                         f"got {type(req).__name__}")
 
     def reads(conn, db_id: str, revision: int) -> tuple[str, int, SearchReply]:
@@ -320,8 +316,9 @@ def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, rev
 
 @task("prepare")
 def prepare(payload: dict, ctx: WorkerContext) -> list:
-    """``host_facades.chunking.prepare_chunks(**payload)`` (the pure chunking pipeline, §2.4)."""
-    from host_facades.chunking import prepare_chunks
+    """``host_facades.chunking.pipeline.prepare_chunks(**payload)`` (the pure chunking pipeline, upstream
+    `memory/manager-index-preparation.ts`)."""
+    from host_facades.chunking.pipeline import prepare_chunks
 
     return prepare_chunks(**payload)
 
@@ -329,6 +326,6 @@ def prepare(payload: dict, ctx: WorkerContext) -> list:
 @task("prepare_many")
 def prepare_many(payload: dict, ctx: WorkerContext) -> list[list]:
     """Several ``prepare`` calls in one hop: ``{"items": [kwargs, ...]}`` -> list of chunk lists."""
-    from host_facades.chunking import prepare_chunks
+    from host_facades.chunking.pipeline import prepare_chunks
 
     return [prepare_chunks(**item) for item in payload["items"]]

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from memory_core.cli import bench, files, forget, index, plugin, search, serve
-from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, USAGE_ERRORS, common_parser
-from memory_core.errors import MemoryCoreError
+from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, common_parser
+from memory_core.errors import MemoryCoreError, on_surfaces
 
 # in the order `memory-core --help` lists them
 COMMANDS = (index, search, serve, forget, bench, files, plugin)
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except MemoryCoreError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
+        return on_surfaces(exc).exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

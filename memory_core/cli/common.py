@@ -8,13 +8,9 @@ import json
 import sys
 from typing import Any
 
-from memory_core.errors import ConfigError, InvalidRequest, StateDirNotWritable, WorkspaceError
+from memory_core.errors import EXIT_FAILURE, EXIT_USAGE
 
-# exit 2: the command line or the configuration must change (including a state dir that cannot
-# be written); exit 1: everything else (e.g. IndexCorrupt: run `memory-core index --force`)
-USAGE_ERRORS = (ConfigError, WorkspaceError, InvalidRequest, StateDirNotWritable)
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "common_parser", "open_core", "print_json"]
 
 
 def common_parser() -> argparse.ArgumentParser:

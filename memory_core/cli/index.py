@@ -7,9 +7,8 @@ import sys
 import time
 from typing import Any
 
-from memory_core.cli.common import (EXIT_FAILURE, EXIT_USAGE, USAGE_ERRORS, agent_configs, no_sources_note, open_core,
-                                   print_json)
-from memory_core.errors import MemoryCoreError
+from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, agent_configs, no_sources_note, open_core, print_json
+from memory_core.errors import MemoryCoreError, on_surfaces
 from memory_core.output import escape_control
 from memory_core.progress import Progress
 
@@ -24,7 +23,7 @@ def _disabled(cfg: Any) -> bool:
 
 def _agent_failed(cfg: Any, exc: MemoryCoreError) -> int:
     print(f"error: agent {cfg.agent_id}: {exc.message}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
+    return on_surfaces(exc).exit_code
 
 
 def _cmd_index(args: argparse.Namespace) -> int:

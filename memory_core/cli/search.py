@@ -107,7 +107,7 @@ def _format_explain(data: dict[str, Any]) -> str:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from memory_core.search.render import wire
+    from memory_core.surfaces.render import wire
 
     query = args.query_opt if args.query_opt is not None else args.query
     if query is None or not query.strip():
@@ -156,8 +156,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _render_hits(core: Any, hits: list[Any], query: str) -> str:
-    from memory_core.search.render import cli_text
-    from memory_core.search.snippets import chunk_texts, use_color
+    from memory_core.surfaces.render import cli_text
+    from memory_core.surfaces.snippets import chunk_texts, use_color
 
     texts = chunk_texts(core.config.db_path(), [h.id for h in hits]) if hits else {}
     return cli_text(hits, query, texts=texts, color=use_color())

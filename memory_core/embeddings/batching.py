@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.chunking import hash_text, split_passages
-from host_facades.vectors import normalize_rows as l2_normalise
+from host_facades.chunking.pipeline import hash_text, split_passages
+from host_facades.db.vectors import normalize_rows as l2_normalise
 from memory_core.embeddings.base import (
     EmbeddingCacheStore,
     EmbeddingProvider,
@@ -235,7 +235,7 @@ def embed_with_passages(
     **kwargs: Any,
 ) -> tuple[np.ndarray, list[np.ndarray | None]]:
     """The vectors of chunk ``texts`` (as :func:`embed_chunks`) and, per chunk, the vectors
-    ``(passages, dims)`` of its passages (``host_facades.chunking.split_passages``) or None for a
+    ``(passages, dims)`` of its passages (``host_facades.chunking.pipeline.split_passages``) or None for a
     chunk with one passage. Passages go through ``cache`` keyed by their own text hash; chunks and
     passages are embedded in one :func:`embed_chunks` call, so they share its batches."""
     split = [split_passages(t) for t in texts]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from host_facades.vectors import normalize_rows as l2_normalise
+from host_facades.db.vectors import normalize_rows as l2_normalise
 from memory_core.embeddings.base import compute_provider_key
 from memory_core.errors import ProviderUnavailable
 

@@ -3,8 +3,9 @@
 
 v1 (no ``version`` or ``version: 1``) answers in the released OpenClaw 2026.9.6 shape
 ``{agentId, provider, searchMode, results, stale?, warning?, action?}`` from the agent's engine
-(the legacy manager path). v2, get and status are the neutral handler of provider-runtime.md §4.2:
-validate, open the ``memory-core`` provider through host enforcement (``memory_core.host``) with
+(the legacy manager path). v2, get and status are the neutral handler of upstream
+`src/gateway/server-methods/memory-provider.ts`:
+validate, open the ``memory-core`` provider through host enforcement (``memory_core.slot``) with
 operator authority and purpose ``"cli"``, call exactly one method, recheck currency, answer
 ``{version: 2, agentId, providerId, ...result}``, map any failure to ``UNAVAILABLE`` and always
 close the lease. Blocking engine work runs in threads so the event loop keeps serving.
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memory_core.errors import AuthorityNotCurrent, Forbidden, InvalidRequest, MemoryCoreError, redact_paths
+from memory_core.errors import AuthorityNotCurrent, Forbidden, MemoryCoreError, on_surfaces, redact_paths
 from memory_core.gateway.params import (
     Agents,
     as_record,
@@ -28,17 +29,17 @@ from memory_core.gateway.params import (
     parse_operation,
     parse_v1_search,
 )
-from memory_core.gateway.protocol import GatewayError, Session, invalid_request, unavailable
-from memory_core.host.awaiting import resolve
-from memory_core.host.legacy import acquire_legacy_manager, legacy_result
-from memory_core.provider.types import (
+from memory_core.gateway.protocol import INVALID_REQUEST, GatewayError, Session, invalid_request, unavailable
+from memory_core.slot.awaiting import resolve
+from memory_core.slot.legacy import acquire_legacy_manager, as_memory_search_result
+from memory_core.contract.types import (
     AbortSignal,
     MemoryCallerContext,
     MemoryProviderOpenParams,
     OperatorAuthority,
     to_json,
 )
-from memory_core.search.render import v1_result, v1_result_of_legacy
+from memory_core.surfaces.render import v1_result, v1_result_of_legacy
 from memory_core.validation import QueryBudget
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class MemoryService:
     """
 
     def __init__(self, config: MemoryCoreConfig, *, provider_id: str = PROVIDER_ID) -> None:
-        from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
+        from memory_core.slot.enforcement import MemoryCapabilityRegistration, MemoryHost
         from memory_core.provider.runtime import MemoryCoreProviderRuntime
 
         self.config = config
@@ -207,9 +208,9 @@ class MemoryMethods:
 
         try:
             hits, staleness = await asyncio.to_thread(search)
-        except InvalidRequest as exc:  # e.g. an agent whose own query budget is smaller
-            raise invalid_request(exc.message) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - e.g. an agent whose own query budget is smaller
+            if on_surfaces(exc).gateway == INVALID_REQUEST:
+                raise invalid_request(error_message(exc)) from exc
             raise unavailable(f"memory search failed: {error_message(exc)}") from exc
         cfg = self.service.agent_config(agent_id)
         payload: dict[str, Any] = {
@@ -226,7 +227,8 @@ class MemoryMethods:
         return payload
 
     async def search_v1_legacy(self, request: Any, agent_id: str, runtime: Any) -> dict[str, Any]:
-        """v1 when the slot owner is a legacy plugin (provider-runtime.md §3.3): its manager, opened
+        """v1 when the slot owner is a legacy plugin (upstream
+        `src/gateway/server-methods/memory-search.ts`): its manager, opened
         with purpose "cli" and always closed, answers with its raw results, unfiltered."""
         cfg = self.service.agent_config(agent_id)
         try:
@@ -254,7 +256,8 @@ class MemoryMethods:
         mode = custom.get("searchMode") or (
             "fts-only" if provider == "none" or vector.get("enabled") is False else "hybrid")
         return {"agentId": agent_id, "provider": provider, "searchMode": mode,
-                "results": [v1_result_of_legacy(legacy_result(h).model_dump(by_alias=True, exclude_none=True))
+                "results": [v1_result_of_legacy(
+                    as_memory_search_result(h).model_dump(by_alias=True, exclude_none=True))
                             for h in raw]}
 
     async def neutral(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
@@ -322,7 +325,8 @@ class MemoryMethods:
         return agent
 
     async def doctor_status(self, method: str, params: dict[str, Any], scope: RequestScope) -> dict[str, Any]:
-        """``doctor.memory.status`` for a native owner (provider-runtime.md §4.3): the provider's health
+        """``doctor.memory.status`` for a native owner (upstream
+        `src/gateway/server-methods/memory-provider.ts`): the provider's health
         read with operator authority and purpose "status"; any failure is ``health.status: unavailable``."""
         agent_id = self._doctor_agent(params)
         provider_id = self.service.provider_id

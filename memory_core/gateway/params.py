@@ -1,8 +1,9 @@
 """Input validation of the gateway memory methods, before any provider or engine call.
 
 Messages are upstream's exactly: the v1 ``memory.search`` rules of ``memory-search.ts``
-(provider-runtime.md §3.3/§4.1, gateway-protocol.md §6.3) and the neutral v2/get/status rules of
-``memory-provider.ts`` (provider-runtime.md §4.2). Every failure is an ``INVALID_REQUEST``.
+(upstream `src/gateway/server-methods/memory-search.ts`) and the neutral v2/get/status rules of
+``memory-provider.ts`` (upstream `src/gateway/server-methods/memory-provider.ts`). Every failure is an
+``INVALID_REQUEST``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from typing import Any, Literal
 
 from memory_core.errors import InvalidRequest
 from memory_core.gateway.protocol import invalid_request
-from memory_core.validation import MAX_SAFE_INTEGER, QueryBudget, is_finite_number
+from memory_core.validation import MAX_SAFE_INTEGER, QueryBudget, cap_results, is_finite_number
 
 DEFAULT_MAX_RESULTS = 20
-MAX_RESULTS = 50
 SOURCES = ("memory", "sessions")
 
 UNSUPPORTED_VERSION = "unsupported memory version"
@@ -132,7 +132,7 @@ def parse_v1_search(params: dict[str, Any], budget: QueryBudget | None = None) -
     raw_min = params.get("minScore", _MISSING)
     if raw_min is not _MISSING and not is_finite_number(raw_min):
         raise invalid_request(V1_NUMBERS)
-    max_results = DEFAULT_MAX_RESULTS if raw_max is _MISSING else min(MAX_RESULTS, max(1, math.floor(raw_max)))
+    max_results = DEFAULT_MAX_RESULTS if raw_max is _MISSING else cap_results(math.floor(raw_max))
     return V1Search(query=query, max_results=max_results, min_score=None if raw_min is _MISSING else float(raw_min))
 
 
@@ -187,7 +187,8 @@ def parse_operation(method: str, params: dict[str, Any], budget: QueryBudget | N
             raise invalid_request(QUERY_REQUIRED)
         check_budget(budget, query)
         max_results = _number(params, "maxResults", integer=True)
-        request: dict[str, Any] = {"query": query, "maxResults": min(MAX_RESULTS, int(max_results or DEFAULT_MAX_RESULTS))}
+        request: dict[str, Any] = {"query": query,
+                                   "maxResults": cap_results(int(max_results or DEFAULT_MAX_RESULTS))}
         min_score = _number(params, "minScore")
         if min_score is not None:
             request["minScore"] = min_score

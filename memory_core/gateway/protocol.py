@@ -1,4 +1,5 @@
-"""OpenClaw gateway protocol 4: frames, the handshake and error shapes (gateway-protocol.md §3).
+"""OpenClaw gateway protocol 4: frames, the handshake and error shapes (upstream
+`src/gateway/protocol/schema/frames.ts`).
 
 Pure functions and small types, no I/O: the server (``server.py``) drives them. Every error frame
 carries a non-empty ``code`` and ``message``; a real client silently drops anything else and hangs.
@@ -37,8 +38,9 @@ READ_SCOPE = "operator.read"
 WRITE_SCOPE = "operator.write"
 ADMIN_SCOPE = "operator.admin"
 
-# The method-scope table: the memory methods are operator.read methods (provider-runtime §4.2);
-# ``tools.invoke`` (the agent tools memory_search / memory_get) is operator.write, as in 2026.9.6.
+# The method-scope table: the memory methods are operator.read methods (upstream
+# `src/gateway/server-methods/memory-provider.ts`); ``tools.invoke`` (the agent tools memory_search /
+# memory_get) is operator.write, as in 2026.9.6.
 METHOD_SCOPES: dict[str, str] = {
     "tools.invoke": WRITE_SCOPE,
     "memory.search": READ_SCOPE,

@@ -1,7 +1,8 @@
-"""memory-core's legacy, file-shaped runtime (upstream ``MemoryPluginRuntime``; spec §1.1, §3.2).
+"""memory-core's legacy, file-shaped runtime (upstream ``MemoryPluginRuntime``; upstream
+`src/plugins/registry-contribution-types.ts`, `src/memory-host-sdk/host/types.ts`).
 
 The same engines as the provider runtime (one :class:`MemoryCoreProviderRuntime` owns them) seen
-through the older contract a host's legacy adapter drives (:mod:`memory_core.host.legacy`):
+through the older contract a host's legacy adapter drives (:mod:`memory_core.slot.legacy`):
 ``get_memory_search_manager`` hands out a manager over the agent's engine (``search`` answers
 ``MemorySearchResult`` dicts, ``read_file`` is the read boundary, ``status`` and ``sync``);
 ``authorize_search_hits`` keeps session hits only for a sessionless (trusted) caller of the same agent,
@@ -18,7 +19,7 @@ from typing import Any
 
 from memory_core.errors import MemoryCoreError
 from memory_core.provider.runtime import MemoryCoreProviderRuntime
-from memory_core.search.render import legacy_result
+from memory_core.surfaces.render import legacy_result
 
 
 def legacy_status(st: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The memory-core provider runtime (provider id ``memory-core``; spec provider-runtime.md §1, §5).
+"""The memory-core provider runtime (provider id ``memory-core``; upstream
+`src/plugins/memory-provider-types.ts`, `extensions/memory-core/src/session-search-visibility.ts`).
 
 ``MemoryCoreProviderRuntime.open(params)`` returns a caller-bound :class:`MemoryCoreProvider` lease
 or ``{provider: None, error}``. The lease authorizes from the supplied authority alone:
@@ -6,7 +7,7 @@ or ``{provider: None, error}``. The lease authorizes from the supplied authority
 * an operator acts for the opened agent (memory and session transcripts);
 * a session with a host-minted *owner-private* audience for the same agent reads memory and the
   agent's own transcripts (a sandboxed session reads memory only; a ``conversationRecall`` pass
-  narrows what is admitted, §5);
+  narrows what is admitted, upstream `extensions/memory-core/src/session-search-visibility.ts`);
 * a session without an audience, a conversation audience, another agent's audience, and a host
   authority get no stored data: ``search`` returns an empty page with a warning, ``get`` raises.
 
@@ -33,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from host_facades.chunk_rows import memory_candidates, provenance_of, read_chunks
-from host_facades.ranking import citation_for, project_keys_of
+from host_facades.db.chunk_rows import memory_candidates, provenance_of, read_chunks
+from host_facades.ranking.rank import citation_for, project_keys_of
 from memory_core.errors import (
     Aborted,
     AuthorityNotCurrent,
@@ -45,9 +46,9 @@ from memory_core.errors import (
     MemoryManagerReloading,
     ProviderUnavailable,
 )
-from memory_core.host.awaiting import race_with_signal
+from memory_core.slot.awaiting import race_with_signal
 from memory_core.provider.lifecycle import RELOADING, ReloadFence
-from memory_core.provider.types import (
+from memory_core.contract.types import (
     ConversationRecallContext,
     MemoryCallerContext,
     MemoryCandidateRequest,
@@ -67,10 +68,10 @@ from memory_core.provider.types import (
     SessionAuthority,
 )
 from memory_core.read_file import slice_text
-from memory_core.search.render import provider_hit
+from memory_core.surfaces.render import provider_hit
 from memory_core.search.types import SearchHit
 from memory_core.store.reader import CachedReader
-from memory_core.validation import MAX_SAFE_INTEGER, check_query
+from memory_core.validation import MAX_SAFE_INTEGER, cap_results, check_query
 
 log = logging.getLogger("memory_core.provider")
 
@@ -80,7 +81,6 @@ CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagina
 DISABLED = "Memory is disabled for this agent."
 # Agent tools a host may allow for deep recall (memory_core.capability registers them).
 RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
-MAX_PROVIDER_RESULTS = 50
 RESULT_WINDOW = 200          # at most this many hits are ranked once per search and paged with cursors
 WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
 DEFAULT_CANDIDATES = 48
@@ -338,7 +338,7 @@ class MemoryCoreProviderRuntime:
         return MemoryProviderOpenResult(provider=MemoryCoreProvider(self, params.agent_id, params.context,
                                                                     params.purpose))
 
-    # --- lifecycle hooks shared with the legacy runtime (provider-runtime.md §1.1) ------------
+    # --- lifecycle hooks shared with the legacy runtime (upstream `src/plugins/registry-contribution-types.ts`)
 
     def prepare_reload(self, retire_runtime: bool = False, retiring_embedding_providers: Any = ()) -> Any:
         """``prepareReload``: fence engines a reload retires; ``await .drain()`` closes them, ``.resume()``."""
@@ -456,22 +456,18 @@ class MemoryCoreProvider:
 
         if "sessions" in sources and "sessions" not in cfg.sources:
             notes.append("memory-core: session transcripts are not indexed for this agent")
-        query_vector = await self._embed(query) if not req.lexical_only else None
         core = self._runtime.core(self.agent_id)
-        lexical_only = bool(req.lexical_only) or query_vector is None
         window = result_window(max_results)
-        # the owner's search: its freshness check (an answer that may miss changes says so), its
-        # engine and its pool, as for v1, MCP and the CLI
-        # details=False: the hits and their revision only, no retriever candidates or score parts;
-        # the candidates are those of one page (as v1 ranks them), kept up to the window for the cursors
-        details = await self._io(core.search_with_details, query, max_results=window, min_score=min_score,
-                                 sources=sources, lexical_only=lexical_only,
-                                 active_project_keys=req.active_project_keys or None,
-                                 query_vector=query_vector, details=False, candidates_for=max_results)
-        stale = details.staleness
+        # the owner's one search verb: its freshness check (an answer that may miss changes says so),
+        # the query embedding, its engine and its pool, as for v1, MCP and the CLI; the candidates
+        # are those of one page (as v1 ranks them), kept up to the window for the cursors
+        raw = await self._io(core.search, query, max_results=window, min_score=min_score, sources=sources,
+                             lexical_only=bool(req.lexical_only),
+                             active_project_keys=req.active_project_keys or None,
+                             candidates_for=max_results, on_embedding=self._embedded)
+        stale = raw.staleness
         if stale and stale.get("warning"):
             notes.append(f"memory-core: {stale['warning']}")
-        raw = details.hits
         # each hit carries its chunk's hash and recall metadata, read in the search's own snapshot;
         # the admitted window is pinned as SearchHits and rendered a page at a time
         active = req.active_project_keys
@@ -481,7 +477,7 @@ class MemoryCoreProvider:
         next_cursor = None
         if len(hits) > max_results:
             db_id = _db_identity(self._db_path)
-            revision = int(details.revision or 0)
+            revision = int(raw.revision or 0)
             token = self._runtime.pins.pin(db_id, revision, {"hits": hits, "coverage": coverage, "warning": warning})
             next_cursor = self._runtime.codec.encode(token, max_results, search_hash, revision)
         return MemorySearchPage(hits=[provider_hit(h, PROVIDER_ID) for h in hits[:max_results]],
@@ -503,27 +499,16 @@ class MemoryCoreProvider:
         return MemorySearchPage(hits=page, next_cursor=next_cursor, coverage=state["coverage"],
                                 warning=state["warning"])
 
-    async def _embed(self, query: str) -> Any:
-        """The query vector, or None for keyword-only; an embedding failure raises (health: degraded)."""
-        core = self._runtime.core(self.agent_id)
-        if str(getattr(core.config, "provider", "none")) == "none":
-            return None
-        try:
-            provider = await self._io(lambda: core.provider)
-            if provider is None:
-                return None
-            from memory_core.embeddings import embed_query
-
-            vector = await race_with_signal(asyncio.to_thread(embed_query, provider, query), self._context.signal)
-        except (AuthorityNotCurrent, Forbidden, Aborted):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any embedding failure: generic error, health degraded
+    def _embedded(self, error: BaseException | None) -> None:
+        """The engine's ``on_embedding`` hook: a failed query embedding is a generic error and marks
+        health degraded (the log keeps the cause); after one, the lease must still be current before
+        the store is read."""
+        if error is not None:
             self._runtime.record_embedding(self.agent_id, ok=False)
-            log.warning("memory-core: query embedding failed for agent %s: %s", self.agent_id, exc)
-            raise ProviderUnavailable(EMBEDDING_FAILED) from exc
+            log.warning("memory-core: query embedding failed for agent %s: %s", self.agent_id, error)
+            raise ProviderUnavailable(EMBEDDING_FAILED) from error
         self._runtime.record_embedding(self.agent_id, ok=True)
         self._check()  # authority may lapse while the query embeds: never read the store then
-        return vector
 
     # --- get -----------------------------------------------------------------------------
 
@@ -654,37 +639,13 @@ def _note_applies(note: str, requested: list[str]) -> bool:
 
 def _clamp_results(value: int | None, default: int) -> int:
     n = default if value is None else int(value)
-    return max(1, min(MAX_PROVIDER_RESULTS, n))
+    return cap_results(n)
 
 
 def _db_identity(db_path: str) -> str | None:
-    from host_facades.sqlite_read import db_identity
+    from host_facades.db.sqlite_read import db_identity
 
     try:
         return db_identity(db_path)
     except OSError:
         return None
-
-
-# --- factory for hosts (gateway) ---------------------------------------------------------------
-
-_RUNTIMES: dict[int, MemoryCoreProviderRuntime] = {}
-
-
-def runtime_for(config: Any) -> MemoryCoreProviderRuntime:
-    """One shared runtime per config object (engines and cursor pins are shared across leases)."""
-    runtime = _RUNTIMES.get(id(config))
-    if runtime is None or runtime.config is not config:
-        runtime = MemoryCoreProviderRuntime(config)
-        _RUNTIMES[id(config)] = runtime
-    return runtime
-
-
-async def open_memory_core_provider(config: Any, agent_id: str, context: MemoryCallerContext,
-                                    purpose: str | None = None) -> MemoryProviderOpenResult:
-    """Open a *host-bound* memory-core lease: host checks (§2) around the native runtime."""
-    from memory_core.host.enforcement import MemoryCapabilityRegistration, MemoryHost
-
-    host = MemoryHost(MemoryCapabilityRegistration(plugin_id=PROVIDER_ID, provider_runtime=runtime_for(config)))
-    return await host.open(MemoryProviderOpenParams(agent_id=agent_id, context=context, purpose=purpose,
-                                                    cfg=config))

@@ -1,14 +1,14 @@
-"""Search orchestration (spec §6.1) on the owner side.
+"""Search orchestration (upstream `memory/manager.ts`) on the owner side.
 
 The search itself (retrievers, recall metadata, ranking, selection on one read snapshot) is ONE
-function, :func:`host_facades.search_run.run_search`, which :class:`SearchEngine` calls either
+function, :func:`host_facades.search.run.run_search`, which :class:`SearchEngine` calls either
 in-process on its cached reader or, with a ``retriever`` (workers/retriever.py), as one worker
 task on one leased generation: pooled and in-process results are identical by construction.
-Both paths take one frozen :class:`~host_facades.search_edge.SearchRequest` and answer one
-:class:`~host_facades.search_edge.SearchReply`. The owner does only trim/validation, the identity
-check, the forced sync on an empty index, the query embedding, candidates = min(200, max(1,
-floor(maxResults x multiplier))), and building :class:`SearchHit` objects from the reply
-(:func:`~memory_core.search.types.hits_from_reply`).
+Both paths take one frozen :class:`~host_facades.search.edge.SearchRequest` and answer one
+:class:`~host_facades.search.edge.SearchReply`. The owner does only trim/validation, the identity
+check, the query embedding (for every surface), candidates = min(200, max(1, floor(maxResults x
+multiplier))), and the one :class:`~memory_core.search.types.SearchResults` of the reply (its
+``SearchHit`` objects, revision and, with ``details``, what ``--explain`` shows).
 
 :func:`rank_results` is the pure ranking step on its own (tests).
 """
@@ -19,20 +19,23 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 import numpy as np
 
-from host_facades import fts_query, ranking
-from host_facades.search_edge import SearchReply, SearchRequest, frozen_new, hit_row
-from host_facades.search_run import run_search
-from host_facades.sqlite_read import read_snapshot
-from host_facades.vector_cache import process_state
+from host_facades.ranking import rank as ranking
+
+from host_facades.retrieval import fts_query
+from host_facades.search.hit import hit_row
+from host_facades.search.edge import SearchReply, SearchRequest, frozen_new
+from host_facades.search.run import run_search
+from host_facades.db.sqlite_read import read_snapshot
+from host_facades.retrieval.vector_cache import process_state
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import IndexPaused, InvalidRequest, ProviderUnavailable
-from memory_core.search.types import SearchHit, hits_from_reply
+from memory_core.search.types import SearchHit, SearchResults, hits_from_reply
 from memory_core.store.access import index_errors, raise_index_error
 from memory_core.store.reader import CachedReader
 from memory_core.validation import search_numbers
@@ -60,7 +63,7 @@ class SearchDetails:
     ranked: Sequence[dict[str, Any]] = ()
     revision: int | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
-    fts_plan: dict[str, Any] | None = None      # host_facades.fts_query.explain_fts (``explain`` only)
+    fts_plan: dict[str, Any] | None = None      # host_facades.retrieval.fts_query.explain_fts (``explain`` only)
     staleness: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,7 +96,8 @@ def rank_results(
     max_results: int,
     min_score: float,
 ) -> tuple[list[SearchHit], list[ranking.Candidate]]:
-    """Merge, adjust, order and select (§6.1 steps 10-11, §6.2-6.6): ``(hits, ordered candidates)``."""
+    """Merge, adjust, order and select (upstream `memory/manager.ts`, `memory/hybrid.ts`): ``(hits, ordered
+    candidates)``."""
     selected, ordered, vector_mode = ranking.rank_and_select(
         mode=mode, keyword_hits=keyword_hits, vector_hits=vector_hits, metadata=metadata, opts=opts,
         max_results=max_results, min_score=min_score)
@@ -145,7 +149,7 @@ def _settings_of(c: MemoryCoreConfig) -> _Settings:
 
 
 def candidate_count(max_results: int, multiplier: float) -> int:
-    """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (§6.1 step 9)."""
+    """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (upstream `memory/manager.ts`)."""
     return min(MAX_CANDIDATES, max(1, math.floor(max_results * multiplier)))
 
 
@@ -158,11 +162,11 @@ def _checked_numbers(max_results: Any, min_score: Any, default_results: Any,
 
 class SearchEngine:
     """Search over one agent database. ``provider`` None means keyword-only (FTS-only) unless the
-    configuration names a provider, in which case search fails closed (D4).
+    configuration names a provider, in which case search fails closed (docs/decisions.md D4).
 
-    Hooks (all optional): ``identity_check()`` returns the paused index's message or a list of
-    mismatched identity keys (or raises IndexPaused); ``on_empty_index()`` runs the forced sync when the index has no chunks;
-    ``now_ms()`` is the clock temporal decay uses.
+    Hooks (both optional): ``identity_check()`` returns the paused index's message or a list of
+    mismatched identity keys (or raises IndexPaused); ``now_ms()`` is the clock temporal decay uses.
+    An empty index answers no hits (the owner's ``before_search`` bootstraps it first).
     """
 
     def __init__(
@@ -172,7 +176,6 @@ class SearchEngine:
         provider: Any = None,
         *,
         identity_check: Callable[[], Any] | None = None,
-        on_empty_index: Callable[[], Any] | None = None,
         now_ms: Callable[[], float] | None = None,
         retriever: Any = None,
     ) -> None:
@@ -183,7 +186,6 @@ class SearchEngine:
         self.db_path = db_path or self.config.db_path()
         self.provider = provider
         self.identity_check = identity_check
-        self.on_empty_index = on_empty_index
         self._now_ms = now_ms  # None: the wall clock (read inline in _request)
         # memory-core's OR probe in the conversational fallback (fts_search.keyword_search_with_fallback);
         # False reproduces upstream's per-keyword probes only (benchmarks compare both).
@@ -247,29 +249,38 @@ class SearchEngine:
         lexical_only: bool = False,
         active_project_keys: Sequence[str] | None = None,
         query_vector: Sequence[float] | None = None,
-    ) -> list[SearchHit]:
-        """Search the index; ``[]`` for an empty query (spec §6.1). An index file that is not a
-        readable database raises :class:`~memory_core.errors.IndexCorrupt`."""
+        details: bool = False,
+        candidates_for: int | None = None,
+        on_embedding: Callable[[BaseException | None], None] | None = None,
+    ) -> SearchResults:
+        """The one search verb: its :class:`SearchResults` (no hits for a blank query or an empty
+        index). ``details``: also what ``--explain`` shows (``.details``, a :class:`SearchDetails`
+        with the FTS plan, the candidates per retriever and each candidate's score parts).
+        ``candidates_for`` sizes the candidate pool for that many results instead of ``max_results``
+        (the provider's v2 search ranks the candidates of one page and keeps up to ``max_results``
+        of them for its cursors). ``on_embedding(error)`` is called once the query was embedded
+        (``None``) or failed to be (the error, raised after the hook unless the hook raises its
+        own). An index file that is not a readable database raises
+        :class:`~memory_core.errors.IndexCorrupt`."""
         try:
             done = self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector, details=False,
+                active_project_keys=active_project_keys, query_vector=query_vector, details=details,
+                candidates_for=candidates_for, on_embedding=on_embedding,
             )
         except BaseException as exc:
             raise_index_error(self.db_path, exc)
             raise
-        return [] if done is None else hits_from_reply(done[1])
+        if done is None:
+            return SearchResults(details=SearchDetails(hits=[], mode="empty") if details else None)
+        req, reply, t0 = done
+        hits = hits_from_reply(reply)
+        return SearchResults(hits, mode=reply.mode, revision=reply.revision,
+                             details=self._details(req, reply, t0, hits) if details else None)
 
     def explain(self, query: str, **kwargs: Any) -> SearchDetails:
-        """The explain twin of :meth:`search` (same arguments): the search's :class:`SearchDetails`
-        with the FTS plan (query, SQL, fallback keywords) of its query."""
-        details = self.search_with_details(query, **kwargs)
-        p = details.params
-        if not p.get("query"):
-            return details
-        return replace(details, fts_plan=fts_query.explain_fts(
-            str(p["query"]), tokenizer=str(p.get("tokenizer", "unicode61")), limit=int(p.get("candidates", 24)),
-            sources=p.get("sources")))
+        """:meth:`search` with ``details`` on (same arguments): its :class:`SearchDetails`."""
+        return self.search(query, details=True, **kwargs).details
 
     def _check_identity(self) -> None:
         if self.identity_check is None:
@@ -280,11 +291,7 @@ class SearchEngine:
         if isinstance(result, str):  # the owner's whole message (what differs, both ways out)
             raise IndexPaused(result)
         if result is False or (isinstance(result, (list, tuple, set)) and result):
-            keys = ", ".join(map(str, result)) if isinstance(result, (list, tuple, set)) else "identity"
-            raise IndexPaused(
-                f"memory search paused: the index was built with different settings ({keys}); "
-                "run `memory-core index --force`"
-            )
+            raise IndexPaused.settings_changed(result if result is not False else "identity")
 
     @staticmethod
     def _validate_numbers(st: _Settings, max_results: Any, min_score: Any) -> tuple[int, float]:
@@ -292,36 +299,11 @@ class SearchEngine:
             return st.defaults
         return _checked_numbers(max_results, min_score, st.max_results, st.min_score)
 
-    def search_with_details(
-        self,
-        query: str,
-        *,
-        max_results: int | None = None,
-        min_score: float | None = None,
-        sources: Sequence[str] | str | None = None,
-        lexical_only: bool = False,
-        active_project_keys: Sequence[str] | None = None,
-        query_vector: Sequence[float] | None = None,
-        details: bool = True,
-        candidates_for: int | None = None,
-    ) -> SearchDetails:
-        """Hits plus the retriever candidates and score parts (``explain``); with ``details=False``
-        only the hits, the mode and the revision they were read at. ``candidates_for`` sizes the
-        candidate pool for that many results instead of ``max_results`` (the provider's v2 search
-        ranks the candidates of one page and keeps up to ``max_results`` of them for its cursors)."""
-        with index_errors(self.db_path):
-            done = self._search(
-                query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
-                active_project_keys=active_project_keys, query_vector=query_vector, details=details,
-                candidates_for=candidates_for,
-            )
-        return SearchDetails(hits=[], mode="empty") if done is None else self._details(*done)
-
     def _request(self, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                  qvec: np.ndarray | None, active_project_keys: Sequence[str] | None, details: bool,
                  probe_content: bool, candidates_for: int | None = None,
                  settings: _Settings | None = None) -> SearchRequest:
-        """The :class:`~host_facades.search_edge.SearchRequest` of one search (``settings``: the
+        """The :class:`~host_facades.search.edge.SearchRequest` of one search (``settings``: the
         search's :meth:`_settings`, when it has them already)."""
         st = settings or self._settings()
         now_ms = self._now_ms
@@ -336,19 +318,24 @@ class SearchEngine:
             "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
             "probe_content": probe_content, "details": details})
 
-    def _details(self, req: SearchRequest, reply: SearchReply, t0: float) -> SearchDetails:
-        """:class:`SearchDetails` from the reply of a search with ``details``."""
-        hits = hits_from_reply(reply)
+    def _details(self, req: SearchRequest, reply: SearchReply, t0: float,
+                 hits: list[SearchHit]) -> SearchDetails:
+        """:class:`SearchDetails` from the reply of a search with ``details``, with the FTS plan
+        (query, SQL, fallback keywords) of its query."""
+        fts_plan = fts_query.explain_fts(req.query, tokenizer=reply.tokenizer, limit=req.candidates,
+                                         sources=req.sources)
         params: dict[str, Any] = {"query": req.query, "candidates": req.candidates, "sources": req.sources,
                                   "tokenizer": reply.tokenizer, "model": req.model, "backend": req.backend,
                                   "or_fallback": req.or_fallback}
         if reply.mode == "empty":
-            return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision)
+            return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision,
+                                 fts_plan=fts_plan)
         params.update(max_results=req.max_results, min_score=req.min_score, fusion=req.ranking.fusion)
         timings = dict(reply.timings_ms)
         timings["total"] = (time.perf_counter() - t0) * 1000
         return SearchDetails(hits=hits, mode=reply.mode, params=params, keyword=reply.keyword, vector=reply.vector,
-                             ranked=reply.ranked, revision=reply.revision, timings_ms=timings)
+                             ranked=reply.ranked, revision=reply.revision, timings_ms=timings,
+                             fts_plan=fts_plan)
 
     def _search(
         self,
@@ -362,6 +349,7 @@ class SearchEngine:
         query_vector: Sequence[float] | None,
         details: bool,
         candidates_for: int | None = None,
+        on_embedding: Callable[[BaseException | None], None] | None = None,
     ) -> tuple[SearchRequest, SearchReply, float] | None:
         """``(request, reply, start time)`` of one search; None when it has nothing to search
         (a blank query, an empty index)."""
@@ -382,28 +370,27 @@ class SearchEngine:
             return None
         provider_name = st.provider
         if self.provider is None and provider_name != "none" and query_vector is None and not lexical_only:
-            raise ProviderUnavailable(
+            missing = ProviderUnavailable(
                 f"Memory search unavailable: embedding provider {provider_name!r} is configured but not available; "
                 "fix the provider settings or set provider = \"none\" for keyword-only search"
             )
+            if on_embedding is not None:
+                on_embedding(missing)
+            raise missing
         want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
         if self.retriever is not None:
             return self._search_pooled(st, q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
                                        active_project_keys=active_project_keys, details=details,
-                                       candidates_for=candidates_for)
+                                       candidates_for=candidates_for, on_embedding=on_embedding)
         with self._lock:
-            has_content = self._has_content()
-            if not has_content and self.on_empty_index is not None:
-                self.on_empty_index()
-                has_content = self._has_content()
-            if not has_content:
+            if not self._has_content():
                 return None
             self._check_identity()
             t0 = time.perf_counter()
             conn = self._reader()
             assert conn is not None
             # embed before opening the read transaction: a slow provider must not pin a generation
-            qvec = self._query_vector(q, query_vector) if want_vector else None
+            qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
             req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                                 active_project_keys=active_project_keys, details=details, probe_content=False,
                                 candidates_for=candidates_for, settings=st)
@@ -414,8 +401,8 @@ class SearchEngine:
             return req, reply, t0
 
     def _identity_or_empty(self) -> bool:
-        """Pooled searches: the identity check, but (as in-process) an empty index is not paused:
-        it gets the bootstrap sync first. False = answer empty."""
+        """Pooled searches: the identity check, but (as in-process) an empty index is not paused
+        but answers empty (False)."""
         try:
             self._check_identity()
             return True
@@ -423,39 +410,40 @@ class SearchEngine:
             with self._lock:
                 if self._has_content():
                     raise
-                if self.on_empty_index is None:
-                    return False
-                self.on_empty_index()
-                if not self._has_content():
-                    return False
-            self._check_identity()
-            return True
+            return False
 
     def _search_pooled(self, st: _Settings, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
-                       details: bool, candidates_for: int | None = None) -> tuple[SearchRequest, SearchReply, float] | None:
+                       details: bool, candidates_for: int | None = None,
+                       on_embedding: Callable[[BaseException | None], None] | None = None,
+                       ) -> tuple[SearchRequest, SearchReply, float] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
         if self.identity_check is not None and not self._identity_or_empty():
             return None
         t0 = time.perf_counter()
-        qvec = self._query_vector(q, query_vector) if want_vector else None
+        qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
         req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                             active_project_keys=active_project_keys, details=details, probe_content=True,
                             candidates_for=candidates_for, settings=st)
         reply = self.retriever.run_search(req)
         if reply.empty_index:
-            if self.on_empty_index is None:
-                return None
-            with self._lock:
-                self.on_empty_index()
-            reply = self.retriever.run_search(req)
-            if reply.empty_index:
-                return None
+            return None
         return req, reply, t0
 
-    def _query_vector(self, q: str, query_vector: Sequence[float] | None) -> np.ndarray:
-        return np.asarray(query_vector if query_vector is not None else self._embed_query(q), dtype=np.float32)
+    def _query_vector(self, q: str, query_vector: Sequence[float] | None,
+                      on_embedding: Callable[[BaseException | None], None] | None = None) -> np.ndarray:
+        if query_vector is not None:
+            return np.asarray(query_vector, dtype=np.float32)
+        if on_embedding is None:
+            return np.asarray(self._embed_query(q), dtype=np.float32)
+        try:
+            vector = np.asarray(self._embed_query(q), dtype=np.float32)
+        except Exception as exc:
+            on_embedding(exc)
+            raise
+        on_embedding(None)
+        return vector
 
     def _embed_query(self, text: str) -> np.ndarray:
         try:

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import apsw
 
-from host_facades.sqlite_read import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
+from host_facades.db.sqlite_read import CORRUPT_ERRORS, DatabaseUnreadable, unreadable
 from memory_core.errors import IndexUnreadable, StateDirNotWritable, error_from_data
 from memory_core.store.perms import PRIVATE_DIR
 

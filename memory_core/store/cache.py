@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 import apsw
 import numpy as np
 
-from host_facades.vectors import decode_vector, encode_vector
+from host_facades.db.vectors import decode_vector, encode_vector
 from memory_core.store import schema
 
 T = TypeVar("T")

@@ -41,7 +41,7 @@ def list_indexed_files(db_path: str, sources: list[str] | None = None) -> list[I
         return []
     import apsw
 
-    from host_facades.sqlite_read import open_readonly
+    from host_facades.db.sqlite_read import open_readonly
 
     where = f"WHERE s.source IN ({','.join('?' * len(sources))})" if sources else ""
     conn = open_readonly(db_path, load_vec=False)
@@ -65,7 +65,7 @@ def is_indexed_session(db_path: str, rel_path: str) -> bool:
         return False
     import apsw
 
-    from host_facades.sqlite_read import open_readonly
+    from host_facades.db.sqlite_read import open_readonly
     from memory_core.store.access import index_errors
 
     with index_errors(db_path):

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from host_facades.chunking import CHUNKING_VERSION
+from host_facades.chunking.pipeline import CHUNKING_VERSION
 from memory_core.config import MemoryCoreConfig
 
 IDENTITY_KEYS = (

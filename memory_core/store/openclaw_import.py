@@ -1,4 +1,4 @@
-"""Bring your embeddings: seed memory-core's embedding cache from an OpenClaw index (issue 24).
+"""Bring your embeddings: seed memory-core's embedding cache from an OpenClaw index.
 
 OpenClaw 2026.9 keeps each agent's memory index in ``agents/<id>/agent/openclaw-agent.sqlite``:
 ``memory_embedding_cache(provider, model, provider_key, hash, embedding, dims)`` and
@@ -46,7 +46,7 @@ class ImportReport:
     skipped: int = 0  # rows of the same provider/model whose BLOB was not a vector of ``dims``
     other_models: list[str] = field(default_factory=list)  # provider/model pairs left alone
     # passages of the OpenClaw index's chunks: memory-core's own vectors (one per line or short group
-    # of lines, host_facades.chunking.split_passages), which OpenClaw never made; the next index embeds them
+    # of lines, host_facades.chunking.pipeline.split_passages), which OpenClaw never made; the next index embeds them
     passages_to_embed: int = 0
     warnings: list[str] = field(default_factory=list)
 
@@ -120,7 +120,7 @@ class OpenClawIndex:
                 pairs |= {(str(p), str(m)) for p, m in self.conn.execute(
                     "SELECT DISTINCT provider, model FROM memory_embedding_cache")}
             if "memory_index_chunks" in self.tables:
-                from host_facades.chunking import split_passages
+                from host_facades.chunking.pipeline import split_passages
 
                 report.passages_to_embed = sum(len(split_passages(str(t))) for (t,) in self.conn.execute(
                     "SELECT text FROM memory_index_chunks WHERE model = ?", (model,)))

@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from host_facades.sqlite_read import DatabaseUnreadable, open_readonly
+from host_facades.db.sqlite_read import DatabaseUnreadable, open_readonly
 from memory_core.store.access import index_errors
 
 OPEN_ATTEMPTS = 5

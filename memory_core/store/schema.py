@@ -108,7 +108,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (source, path)
     ) STRICT;
     """,
-    # 3: the passage vectors of chunks with several passages (host_facades.chunking.split_passages);
+    # 3: the passage vectors of chunks with several passages (host_facades.chunking.pipeline.split_passages);
     # a chunk's vector score is the best of its own vector and these. An index written before this
     # migration has none until `memory-core index --force`, and searches exactly as before.
     """

@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 import apsw
 import numpy as np
 
-from host_facades.chunking import chunk_id
-from host_facades.sqlite_ext import load_sqlite_vec
-from host_facades.sqlite_read import open_readonly
-from host_facades.vector_state import has_passage_table
-from host_facades.vectors import encode_vector
+from host_facades.chunking.pipeline import chunk_id
+from host_facades.db.sqlite_ext import load_sqlite_vec
+from host_facades.db.sqlite_read import open_readonly
+from host_facades.retrieval.vector_state import has_passage_table
+from host_facades.db.vectors import encode_vector
 from memory_core.errors import IndexBusy
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors
@@ -345,7 +345,7 @@ class IndexWriter:
         Returns ``"published"``, or ``"forgotten"`` (nothing written) for a tombstoned session.
         ``embeddings`` is ``(len(chunks), dims)`` float32 or None for keyword-only (``model`` is
         then normally ``"fts-only"``). ``passages`` has, per chunk, the ``(passages, dims)`` vectors
-        of its passages (``host_facades.chunking.split_passages``) or None for a one-passage chunk.
+        of its passages (``host_facades.chunking.pipeline.split_passages``) or None for a one-passage chunk.
         """
         conn = self._c()
         path, source = entry.path, entry.source

@@ -1,0 +1,143 @@
+"""Opening the index database read-only, for retrieval in the owner and in workers alike.
+
+Readers open it read-only, ``query_only``, in WAL mode with a busy timeout, and hold one connection
+for the life of one query, so all reads of a query see one snapshot (generation):
+:func:`read_snapshot`. ``SQLITE_IDLE_HANDLE_TTL_S`` is the one idle lifetime for retained SQLite
+handles. Imported by workers: standard library and apsw only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import urllib.parse
+from collections.abc import Iterator
+
+import apsw
+
+from host_facades.db.sqlite_ext import load_sqlite_vec
+
+SQLITE_IDLE_HANDLE_TTL_S = 30 * 60
+BUSY_TIMEOUT_MS = 5000
+# Readers map the database file (``PRAGMA mmap_size``) instead of copying each page with a pread
+# into a private page cache: the pages are the kernel's page cache, shared by every worker. Safe
+# for memory-core's files: the writer never shrinks a file in place (no VACUUM; a full reindex
+# swaps in a new file). ``MEMORY_CORE_READ_MMAP_BYTES=0`` turns it off.
+READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)))
+
+
+# SQLite's answers for a file that is not (or no longer) a database: garbage, a text file, damaged pages
+CORRUPT_ERRORS = (apsw.NotADBError, apsw.CorruptError)
+
+
+# the memory_core.errors class of each DatabaseUnreadable code (named: workers never import it)
+_ERROR_TYPES = {"index_corrupt": "IndexCorrupt", "index_unreadable": "IndexUnreadable"}
+
+
+class DatabaseUnreadable(Exception):
+    """The database file cannot be read. ``code`` is ``"index_corrupt"`` (not a readable SQLite
+    database) or ``"index_unreadable"`` (it cannot be opened read-only; the message says why).
+    :meth:`to_data` is the data of the owner's error (``IndexCorrupt`` / ``IndexUnreadable``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def to_data(self) -> dict[str, str]:
+        """``MemoryCoreError.to_data()`` of the owner-side error this failure is."""
+        return {"code": self.code, "message": self.message, "type": _ERROR_TYPES[self.code]}
+
+
+def corrupt_message(db_path: str, exc: BaseException) -> str:
+    """The one message for an index file SQLite cannot read as a database."""
+    return (f"{db_path} is not a readable memory-core index ({exc}); run `memory-core index --force` to "
+            "move it aside and rebuild the index")
+
+
+def unreadable(db_path: str, exc: BaseException) -> DatabaseUnreadable | None:
+    """The :class:`DatabaseUnreadable` an error raised while reading ``db_path`` means, or None."""
+    if isinstance(exc, DatabaseUnreadable):
+        return exc
+    if isinstance(exc, CORRUPT_ERRORS):
+        return DatabaseUnreadable("index_corrupt", corrupt_message(db_path, exc))
+    return None
+
+
+def _connect(target: str, flags: int) -> apsw.Connection:
+    conn = apsw.Connection(target, flags=flags)
+    try:
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        # read the header now (opening is lazy): a file that is no database, or a WAL database whose
+        # -shm cannot be opened, fails here rather than in the middle of a search
+        conn.execute("PRAGMA schema_version").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _open_in_readonly_folder(db_path: str, exc: apsw.Error) -> apsw.Connection:
+    """A WAL database in a folder that cannot hold its ``-shm`` (read-only folder or mount): opened
+    ``immutable`` when its write-ahead log holds nothing (nobody can change a file there: a writer
+    needs the folder too); otherwise the reason it cannot be read."""
+    folder = os.path.dirname(os.path.abspath(db_path))
+    if os.access(folder, os.W_OK | os.X_OK):
+        raise DatabaseUnreadable("index_unreadable", f"cannot open the index {db_path} read-only ({exc}); "
+                                 "check the permissions of the file and its folder") from None
+    wal = db_path + "-wal"
+    try:
+        wal_bytes = os.path.getsize(wal)
+    except OSError:
+        wal_bytes = 0
+    if wal_bytes:
+        raise DatabaseUnreadable(
+            "index_unreadable",
+            f"cannot read the index {db_path}: its write-ahead log {wal} holds changes that need {db_path}-shm, "
+            f"which cannot be created because {folder} is not writable; make {folder} writable and run "
+            "`memory-core index` once (it folds the log into the index), or copy the index with its -wal to "
+            "a writable folder and set MEMORY_CORE_HOME or stateDir there") from None
+    uri = "file:" + urllib.parse.quote(os.path.abspath(db_path)) + "?mode=ro&immutable=1"
+    return _connect(uri, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+
+
+def open_readonly(db_path: str, *, load_vec: bool = True) -> apsw.Connection:
+    """Open ``db_path`` read-only (``query_only``, busy timeout); sqlite-vec loaded when available.
+
+    Raises FileNotFoundError when there is no file and :class:`DatabaseUnreadable` when it cannot
+    be read. A database in a read-only folder is readable too (see ``_open_in_readonly_folder``)."""
+    if not os.path.exists(db_path):
+        raise FileNotFoundError(f"memory index database not found: {db_path}; run `memory-core index`")
+    try:
+        try:
+            conn = _connect(db_path, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        except (apsw.CantOpenError, apsw.ReadOnlyError) as exc:  # the -shm cannot be created/initialised
+            if not os.path.exists(db_path):
+                raise FileNotFoundError(
+                    f"memory index database not found: {db_path}; run `memory-core index`") from None
+            conn = _open_in_readonly_folder(db_path, exc)
+    except CORRUPT_ERRORS as exc:
+        raise DatabaseUnreadable("index_corrupt", corrupt_message(db_path, exc)) from None
+    conn.execute("PRAGMA query_only=ON")
+    if READ_MMAP_BYTES > 0:
+        conn.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
+    if load_vec:
+        load_sqlite_vec(conn)
+    return conn
+
+
+@contextlib.contextmanager
+def read_snapshot(conn: apsw.Connection) -> Iterator[int]:
+    """Run reads inside one read transaction; yields the revision (generation) it sees."""
+    conn.execute("BEGIN")
+    try:
+        row = conn.execute("SELECT revision FROM memory_index_state WHERE id = 1").fetchone()
+        yield int(row[0]) if row else 0
+    finally:
+        conn.execute("COMMIT")
+
+
+def db_identity(db_path: str) -> str:
+    """The physical identity ``"dev:inode"`` of the database file (changes when a reindex swaps it)."""
+    st = os.stat(db_path)
+    return f"{st.st_dev}:{st.st_ino}"

@@ -1,0 +1,513 @@
+"""The index owner: the one writer of an agent's index and every write through it.
+
+One writer: every write runs on the writer's one connection under the writer's lock
+(``IndexWriter._wlock``), reads never use it. A lock rather than a writer thread because the
+writes already come from few places (the freshness thread, a CLI run, ``forget``) and each must
+report its own error to its caller; a thread would add a queue and a second error path for the
+same serialisation. ``sync`` runs one pass at a time (concurrent callers join the running one); a
+full reindex (``--force``, first index, or an identity change on a CLI ``index`` run) builds a
+temp database and swaps it in. The owner also holds the embedding provider (the identity of an
+index names it) and a read-only connection for identity reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import apsw
+
+from memory_core.config import MemoryCoreConfig
+from memory_core.errors import (ConfigError, IndexCorrupt, IndexPaused, MemoryCoreError, ReferenceNotFound,
+                                WorkspaceMismatch, reason_of)
+from memory_core.indexer import IndexSummary, ProgressFn, record_last_sync, resolve_sessions_dir, run_sync
+from memory_core.session_keys import session_index_path
+from memory_core.store import schema
+from memory_core.store.access import folder_problem, index_errors, not_writable
+from memory_core.store.identity import identity_mismatch, index_identity, paused_message, settings_change
+from memory_core.store.perms import tighten
+from memory_core.store.reader import CachedReader
+from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
+from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
+from memory_core.store.writer import FTS_ONLY_MODEL, IndexWriter
+
+UNSET: Any = object()
+
+
+def config_problem(config: MemoryCoreConfig, embedding_provider: Any = UNSET) -> ConfigError | None:
+    """The configuration error every command reports (exit 2), or None: an embedding provider (or
+    fallback) name that is not registered. A provider given as an object is not checked."""
+    if embedding_provider is not UNSET:
+        return None
+    from memory_core.embeddings.registry import check_provider_name
+
+    try:
+        check_provider_name(config)
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+class IndexOwner:
+    """The writer slot, the sync / reindex orchestration, ``forget`` and the identity checks of one
+    index (``MemoryCore`` delegates to it). ``on_replaced()`` runs when another process replaced
+    the file; ``close_readers()`` closes the search side's readers before a file is set aside."""
+
+    def __init__(self, config: MemoryCoreConfig, workspace: str, db_path: str, *, embedding_provider: Any = UNSET,
+                 repoint: bool = False, on_replaced: Callable[[], None] = lambda: None,
+                 close_readers: Callable[[], None] = lambda: None) -> None:
+        self.config = config
+        self.workspace = workspace
+        self.db_path = db_path
+        self.agent_id = config.agent_id
+        self.repoint = repoint
+        self._provider = embedding_provider
+        self._on_replaced = on_replaced
+        self._close_readers = close_readers
+        self._writer: IndexWriter | None = None
+        self._lock = threading.RLock()  # guards the writer slot and the running-sync slot
+        self._running: Future[IndexSummary] | None = None
+        self._closed = False
+        self._readable_ident: tuple[int, int] | None = None  # the file check_readable last opened
+        self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
+        self.meta_reader = CachedReader(self.db_path, load_vec=False)  # identity reads, never the writer's
+        self._check_workspace()
+
+    @property
+    def provider(self) -> Any | None:
+        """The embedding provider (None = keyword-only); an unavailable explicit one raises
+        (docs/decisions.md D4)."""
+        if self._provider is UNSET:
+            from memory_core.embeddings import create_embedding_provider
+
+            self._provider = create_embedding_provider(self.config)
+        return self._provider
+
+    def _writer_options(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "fts_tokenizer": cfg.store.fts.tokenizer,
+            "vector_enabled": cfg.store.vector.enabled and cfg.provider != "none",
+            "extension_path": cfg.store.vector.extension_path,
+            "cache_enabled": cfg.cache.enabled,
+            "cache_max_entries": cfg.cache.max_entries,
+        }
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise MemoryCoreError("this MemoryCore is closed; open a new one (MemoryCore(...)) to use the index")
+
+    @property
+    def writer(self) -> IndexWriter:
+        with self._lock:
+            self.check_open()
+            if self._writer is None:
+                self._writer = self._open_writer()
+            return self._writer
+
+    def _open_writer(self) -> IndexWriter:
+        # any writer start removes what killed rebuilds left behind (their process is gone)
+        sweep_dead_temp_files(self.db_path)
+        writer = IndexWriter(self.db_path, **self._writer_options())
+        writer.on_reopen = self._index_replaced
+        return writer
+
+    def _index_replaced(self) -> None:
+        """The writer found the file replaced by another process (its ``index --force``): what this
+        process published to the old file may be missing, so freshness re-checks every file."""
+        self._on_replaced()
+
+    def notice_swap(self) -> None:
+        """Cheap (one stat): reopen the writer now when another process swapped the file."""
+        writer = self._writer
+        if writer is not None and writer.replaced():
+            writer.check_swapped()
+
+    def close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def close(self) -> None:
+        self.meta_reader.close()
+        with self._lock:
+            self.close_writer()
+            self._closed = True
+
+    def identity_mismatch(self) -> str | None:
+        """The paused search's message (what differs, both ways out), None when the index may be
+        searched (the engine's check)."""
+        ident = self.identity_state()
+        return ident["message"] if ident["state"] == "mismatch" else None
+
+    # ------------------------------------------------------------------ identity
+    def _check_workspace(self) -> None:
+        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``
+        or the index holds no file (say, a first search ran in a folder without notes): it has nothing
+        a sync of this workspace could prune, so it follows this workspace."""
+        if self.repoint or not os.path.exists(self.db_path):
+            return
+        try:
+            recorded = self.read_meta_value(WORKSPACE_KEY)
+            check_workspace(recorded, self.workspace, self.agent_id)
+        except WorkspaceMismatch:
+            if self._holds_files():
+                raise
+        except (MemoryCoreError, apsw.Error, OSError):
+            return  # an unreadable index is reported by the command that uses it
+
+    def _holds_files(self) -> bool:
+        """Whether the index has any source file (True when that cannot be read: refuse, keep it)."""
+
+        def read(conn: apsw.Connection) -> bool:
+            try:
+                return conn.execute("SELECT 1 FROM memory_index_sources LIMIT 1").fetchone() is not None
+            except apsw.SQLError:
+                return False  # schema not created yet
+        try:
+            return bool(self.meta_reader.run(read))
+        except FileNotFoundError:
+            return False
+        except (apsw.Error, OSError):
+            return True
+
+    def expected_identity(self, dims: int | None = None) -> dict[str, Any]:
+        ident = index_identity(self.config, self.provider)
+        if dims is not None:
+            ident["vectorDims"] = dims
+        return ident
+
+    def read_meta_value(self, key: str) -> str | None:
+        """One ``memory_index_meta`` value through the owner's read-only connection (never the
+        writer's: a read must not race the writer's reopen after a swap); None when absent."""
+
+        def read(conn: apsw.Connection) -> str | None:
+            try:
+                row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (key,)).fetchone()
+            except apsw.SQLError:
+                return None  # schema not created yet
+            return None if row is None else str(row[0])
+
+        try:
+            return self.meta_reader.run(read)
+        except FileNotFoundError:
+            return None
+
+    def identity_state(self) -> dict[str, Any]:
+        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta; a
+        mismatch also has ``message``, the paused search's error (what differs, both ways out)."""
+        with index_errors(self.db_path):
+            raw = self.read_meta_value(schema.META_KEY)
+        # every search asks (freshness and the engine): the comparison is kept while the stored meta,
+        # the config and the provider (and its dims, which some learn late) are the same
+        provider = self._provider
+        key = (raw, getattr(provider, "dims", None), getattr(provider, "provider_key", None))  # a fallback switches it
+        memo = self._identity_memo
+        if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
+            return _identity_dict(*memo[3])
+        meta = _loads(raw)
+        if not isinstance(meta, dict):
+            return {"state": "empty", "mismatch": []}
+        expected = self.expected_identity()
+        diff = identity_mismatch(meta, expected)
+        state = "mismatch" if diff else "ok"
+        message = paused_message(meta, expected, diff) if diff else None
+        if self._provider is provider:  # expected_identity may have created the provider just now
+            self._identity_memo = (key, self.config, provider, (state, tuple(diff), message))
+        return _identity_dict(state, diff, message)
+
+    def check_identity(self) -> dict[str, Any]:
+        """Raise :class:`IndexPaused` when the index was built with other settings (upstream
+        `memory/manager.ts`)."""
+        state = self.identity_state()
+        if state["state"] == "mismatch":
+            raise IndexPaused(state["message"])
+        return state
+
+    def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
+        """Never rebuild a semantic index as keyword-only without an explicit --force (upstream
+        `memory/manager-sync-ops.ts`)."""
+        if provider is not None or meta is None:
+            return
+        if meta.get("provider", "none") != "none" or meta.get("model", FTS_ONLY_MODEL) != FTS_ONLY_MODEL:
+            raise IndexPaused(
+                f"refusing to rebuild the semantic index ({meta.get('provider')}/{meta.get('model')}) as "
+                "keyword-only: no embedding provider is configured now. Set "
+                f"`provider = {json.dumps(meta.get('provider'))}` in the config to keep it, or run "
+                "`memory-core index --force` to rebuild keyword-only and drop the vectors"
+            )
+
+    # ------------------------------------------------------------------ sync
+    def index(self, *, force: bool = False, progress: ProgressFn | None = None) -> IndexSummary:
+        """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity change.
+
+        ``force`` also repairs an index file that is not a readable database (:class:`IndexCorrupt`):
+        the file is moved aside (``IndexSummary.moved_aside``) and the index rebuilt from scratch.
+        Index files (and the state dir) left readable by other users are made private first."""
+        tighten(self.db_path, state_dir_owned=not self.config.store.path)
+        return self._run_exclusive(reason="cli", force=force, paths=None, progress=progress, rebuild_on_mismatch=True,
+                                   repair=force)
+
+    def sync(
+        self,
+        *,
+        reason: str = "manual",
+        force: bool = False,
+        paths: Sequence[str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> IndexSummary:
+        """Incremental sync (one at a time; a concurrent caller waits for and returns the running one).
+
+        An identity mismatch raises IndexPaused unless ``force``; ``paths`` restricts to those files.
+        """
+        return self._run_exclusive(reason=reason, force=force, paths=paths, progress=progress,
+                                   rebuild_on_mismatch=False, repair=False)
+
+    def _run_exclusive(self, **kw: Any) -> IndexSummary:
+        with self._lock:
+            running = self._running
+            if running is None:
+                fut: Future[IndexSummary] = Future()
+                self._running = fut
+        if running is not None:
+            return running.result()
+        t0 = time.perf_counter()
+        try:
+            with index_errors(self.db_path):
+                result = self._do_sync(**kw)
+            result.seconds = time.perf_counter() - t0
+        except BaseException as exc:
+            fut.set_exception(exc)
+            raise
+        else:
+            fut.set_result(result)
+            return result
+        finally:
+            with self._lock:
+                self._running = None
+
+    def _do_sync(self, *, reason: str, force: bool, paths: Sequence[str] | None,
+                 progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
+        from memory_core.embeddings.fallback import FallbackActivated
+
+        try:
+            return self._do_sync_once(reason=reason, force=force, paths=paths, progress=progress,
+                                      rebuild_on_mismatch=rebuild_on_mismatch, repair=repair)
+        except FallbackActivated:
+            # the primary provider failed for good: every vector comes from the fallback now, so the
+            # index is rebuilt with it (its identity records the fallback), never mixed
+            self._identity_memo = None
+            return self._full_reindex(reason=reason, provider=self.provider, progress=progress)
+
+    def _do_sync_once(self, *, reason: str, force: bool, paths: Sequence[str] | None,
+                      progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:
+        provider = self.provider
+        if force and repair:  # a full rebuild that does not need the live index to be readable
+            summary = self._full_reindex(reason=reason, provider=provider, progress=progress, repair=True)
+            summary.rebuild_reason = "--force"
+            return summary
+        writer = self.writer
+        meta = writer.read_meta()
+        expected = index_identity(self.config, provider)
+        mismatch = identity_mismatch(meta, expected) if meta is not None else []
+        if meta is None:
+            # no meta: an initial index, or an interrupted/failed rebuild; an empty db is rebuilt in place
+            full = True
+        elif force:
+            full = True
+        elif mismatch:
+            if not rebuild_on_mismatch:
+                raise IndexPaused(paused_message(meta, expected, mismatch, what="memory index paused"))
+            full = True
+        else:
+            full = False
+        if full and not force:
+            self._assert_no_downgrade(meta, provider)
+        why = None
+        if meta is None:
+            why = "new index"
+        elif force:
+            why = "--force"
+        elif mismatch:
+            why = f"settings changed ({settings_change(meta, expected, mismatch)})"
+        if not full:
+            try:
+                summary = run_sync(writer, self.config, self.workspace, provider, reason=reason,
+                                   paths=paths, progress=progress)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # reporting must not mask the real error
+                    record_last_sync(writer, None, error=reason_of(exc), reason=reason)
+                raise
+            dims = writer.vec_dims
+            if dims is not None and meta.get("vectorDims") is None:
+                writer.write_meta({**meta, "vectorDims": dims})
+            record_workspace(writer, self.workspace)
+            record_last_sync(writer, summary)
+            return summary
+        summary = self._full_reindex(reason=reason, provider=provider, progress=progress)
+        summary.rebuild_reason = why
+        return summary
+
+    def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None,
+                      repair: bool = False) -> IndexSummary:
+        moved_aside = None
+        try:
+            with index_errors(self.db_path):
+                if repair and self._writer is None:
+                    self._probe_readonly()  # before a read-write open touches the file or its -wal/-shm
+                live = self.writer
+                previous = {s: live.indexed_hashes(s) for s in self.config.sources}
+        except IndexCorrupt:
+            if not repair:
+                raise
+            moved_aside = self._set_aside_unreadable()
+            previous = {s: {} for s in self.config.sources}
+
+        def build(temp: IndexWriter) -> IndexSummary:
+            summary = run_sync(temp, self.config, self.workspace, provider, full=True, reason=reason,
+                               previous=previous, progress=progress)
+            # a file that could not be read this time keeps its previous rows (and is re-indexed later)
+            unreadable = {p["path"] for p in summary.problems if p["code"] != "malformed_jsonl"}
+            for source, hashes in previous.items():
+                rebuilt = temp.indexed_hashes(source)
+                for path in hashes:
+                    if path in unreadable and path not in rebuilt:
+                        temp.copy_source_from(self.db_path, path, source, model=summary.model)
+            if unreadable:
+                counts = temp.counts()
+                summary.files, summary.chunks = counts["files"], counts["chunks"]
+            dims = temp.vec_dims
+            if dims is None and provider is not None:
+                dims = getattr(provider, "dims", None)
+            temp.write_meta(self.expected_identity(dims=dims) if provider is not None
+                            else index_identity(self.config, None))
+            record_workspace(temp, self.workspace)
+            record_last_sync(temp, summary)
+            return summary
+
+        def reopen() -> None:
+            self._writer = self._open_writer()
+
+        try:
+            summary = atomic_reindex(self.db_path, build, writer_options=self._writer_options(),
+                                     before_swap=self.close_writer, after_swap=reopen)
+        except BaseException as exc:
+            if self._writer is not None:
+                try:
+                    record_last_sync(self._writer, None, error=f"full reindex failed: {reason_of(exc)}",
+                                     reason=reason)
+                except Exception:  # noqa: BLE001 - reporting must not mask the real error
+                    pass
+            raise
+        summary.revision = self.writer.revision
+        summary.moved_aside = moved_aside
+        return summary
+
+    def _probe_readonly(self) -> None:
+        """Read what a rebuild reads from the live index (meta, source rows) on a read-only connection;
+        raises what reading an unreadable file raises."""
+        from host_facades.db.sqlite_read import open_readonly
+
+        try:
+            conn = open_readonly(self.db_path, load_vec=False)
+        except FileNotFoundError:
+            return
+        try:
+            for sql in ("SELECT key, value FROM memory_index_meta", "SELECT path, source, hash FROM memory_index_sources"):
+                with contextlib.suppress(apsw.SQLError):  # a table not created yet
+                    for _row in conn.execute(sql):
+                        pass
+        finally:
+            conn.close()
+
+    def _set_aside_unreadable(self) -> str:
+        """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch."""
+        with self._lock:
+            self.close_writer()
+        self._close_readers()  # a search's cached reader must not keep the old file open
+        self.meta_reader.close()
+        with reindex_lock(self.db_path):
+            return set_aside(self.db_path)
+
+    # ------------------------------------------------------------------ import, forget
+    def import_embeddings(self, path: str) -> Any:
+        """Seed the embedding cache from an OpenClaw index at ``path`` (``memory_core/store/openclaw_import.py``)."""
+        from memory_core.store.openclaw_import import import_embeddings
+
+        self.check_open()
+        with self._lock:
+            return import_embeddings(self, path)
+
+    # ------------------------------------------------------------------ forget
+    def forget_session(self, key: str, *, force: bool = False) -> tuple[str, int]:
+        """Tombstone a session transcript (``sessions/<file>.jsonl`` or its basename) and drop its rows.
+
+        A memory file is refused (:class:`ForgetRefused`): its entries are removed by editing the file.
+        A key that names nothing indexed, no tombstone and no transcript on disk is most likely a
+        typo: :class:`ReferenceNotFound`, and no tombstone, unless ``force`` (forget it in advance).
+        Returns ``(index path, chunks removed)``."""
+        session_index_path(key)  # raises ForgetRefused for memory files, InvalidRequest for an empty key
+        name = key.strip().replace("\\", "/")
+        base = name.rsplit("/", 1)[-1]
+        if not base.endswith(".jsonl") and ".jsonl." not in base:
+            base += ".jsonl"
+        path = f"sessions/{base}"
+        with self._lock, index_errors(self.db_path):
+            writer = self.writer
+            if not force and not writer.is_indexed(path, "sessions") and not writer.is_forgotten(path):
+                sessions_dir = resolve_sessions_dir(self.config, self.workspace)
+                if not os.path.lexists(os.path.join(sessions_dir, base)):
+                    raise ReferenceNotFound(
+                        f"no session {path}: nothing is indexed under it and there is no transcript {base} in "
+                        f"{sessions_dir} (list the sessions with `ls {sessions_dir}`); pass --force to record "
+                        "a tombstone for it anyway"
+                    )
+            removed = writer.forget_session(path)
+        return path, removed
+
+    def check_readable(self) -> None:
+        """Raise the typed error when the index cannot be searched at all: the file is no readable
+        database, or there is none and none can be built (the state dir is not writable)."""
+        from host_facades.db.sqlite_read import open_readonly
+        from memory_core.store.reader import file_ident
+
+        ident = file_ident(self.db_path)
+        if ident is None:
+            why = folder_problem(os.path.dirname(self.db_path))
+            if why is not None:
+                raise not_writable(self.db_path, why, lead="nothing is indexed yet (run `memory-core index`), but the ")
+            return
+        if ident == self._readable_ident:
+            return  # this file opened fine before (a damaged page found later still raises IndexCorrupt)
+        with index_errors(self.db_path):
+            try:
+                open_readonly(self.db_path, load_vec=False).close()
+            except FileNotFoundError:
+                return
+        self._readable_ident = ident
+
+
+def _identity_dict(state: str, diff: Sequence[str], message: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": state, "mismatch": list(diff)}
+    if message is not None:
+        out["message"] = message
+    return out
+
+
+def _loads(value: str | None) -> Any:
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None

@@ -1,0 +1,103 @@
+"""The search service of one index: its pooled retriever, its engine (and the in-process keyword
+engine a deadline's fallback reads) and the one search verb every surface takes
+(``MemoryCore.search`` delegates here)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from memory_core.config import MemoryCoreConfig
+from memory_core.errors import MemoryCoreError
+from memory_core.search.engine import SearchEngine
+from memory_core.search.types import SearchResults
+from memory_core.store.access import index_errors
+
+_UNSET: Any = object()
+
+
+class SearchService:
+    """``provider()`` is the index owner's embedding provider (it may raise: the engine then fails
+    closed for a configured provider that is missing); ``identity_mismatch()`` the owner's check."""
+
+    def __init__(self, config: MemoryCoreConfig, db_path: str, *, provider: Callable[[], Any],
+                 identity_mismatch: Callable[[], list[str] | None]) -> None:
+        self.config = config
+        self.db_path = db_path
+        self._provider = provider
+        self._identity_mismatch = identity_mismatch
+        self._lock = threading.RLock()  # guards the lazily built members
+        self._engine: SearchEngine | None = None
+        self._fallback_engine: SearchEngine | None = None
+        self._retriever: Any = _UNSET
+
+    @property
+    def retriever(self) -> Any:
+        """The pooled retriever of this index (None: searches read in-process, ``pool.workers = 0``)."""
+        with self._lock:
+            if self._retriever is _UNSET:
+                from workers.shared import make_retriever
+
+                self._retriever = make_retriever(self.config, self.db_path)
+            return self._retriever
+
+    @property
+    def engine(self) -> SearchEngine:
+        """The one :class:`SearchEngine` of this index (created once): its identity check reads
+        through the owner, its snapshot reads go through :attr:`retriever`."""
+        with self._lock:
+            if self._engine is None:
+                try:
+                    provider = self._provider()
+                except MemoryCoreError:
+                    provider = None  # the engine fails closed for a configured provider that is missing
+                self._engine = SearchEngine(self.config, self.db_path, provider,
+                                            identity_check=self._identity_mismatch, retriever=self.retriever)
+            return self._engine
+
+    @property
+    def fallback_engine(self) -> SearchEngine:
+        """A keyword-only, in-process engine of this index for a deadline's fallback answer: it never
+        waits on :attr:`engine`, which the late search may hold."""
+        with self._lock:
+            if self._fallback_engine is None:
+                self._fallback_engine = SearchEngine(self.config, self.db_path, None,
+                                                     identity_check=self._identity_mismatch)
+            return self._fallback_engine
+
+    def close(self) -> None:
+        """Close the engines' reader connections (they reopen on the next search)."""
+        for engine in (self._engine, self._fallback_engine):
+            if engine is not None:
+                engine.close()
+
+    def search(self, query: str, *, before_search: Callable[[], dict[str, Any] | None],
+               sync: Callable[[], Any], sync_if_empty: bool = False, keyword_fallback: bool = False,
+               **kwargs: Any) -> SearchResults:
+        """``before_search()`` (its staleness comes back with the hits), then the engine's search
+        (``kwargs``: :meth:`SearchEngine.search`'s). ``sync_if_empty``: no hits run ``sync()`` and the
+        search again. ``keyword_fallback``: keyword-only on :attr:`fallback_engine`, without
+        ``before_search``."""
+        if keyword_fallback:
+            with index_errors(self.db_path):
+                return self.fallback_engine.search(
+                    query, max_results=kwargs.get("max_results"), min_score=kwargs.get("min_score"),
+                    sources=kwargs.get("sources"), lexical_only=True)
+        result = self._search(query, before_search, kwargs)
+        if sync_if_empty and not result:
+            sync()
+            result = self._search(query, before_search, kwargs)
+        return result
+
+    def _search(self, query: str, before_search: Callable[[], dict[str, Any] | None],
+                kwargs: dict[str, Any]) -> SearchResults:
+        with index_errors(self.db_path):
+            stale = None
+            if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
+                stale = before_search()
+            result = self.engine.search(query, **kwargs)
+            result.staleness = stale
+            if result.details is not None:
+                result.details.staleness = stale
+            return result
