@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.chunking import PreparedChunk, prepare_chunks
+from host_facades.chunking import PreparedChunk, prepare_chunks, split_passages
 from host_facades.sqlite_read import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
 from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches, valid_name
@@ -85,6 +85,32 @@ def prepare_entry(entry: SourceEntry, cfg: Any, *, max_input_bytes: int = DEFAUL
         max_input_bytes=max_input_bytes,
         line_map=entry.line_map,
     )
+
+
+def embed_passages(provider: Any, texts: Sequence[str], hashes: Sequence[str], chunk_vectors: np.ndarray,
+                   cache: Any, model: str) -> list[np.ndarray | None]:
+    """Per chunk, the ``(passages, dims)`` vectors of its passages (``split_passages``) or None. A
+    chunk whose passage vectors the index already holds (``cache.passages_of``: same hash, same chunk
+    vector) reuses them; the others are embedded in one call and kept only in the index."""
+    from memory_core.embeddings.batching import embed_texts, rows_per_group
+
+    split = [split_passages(t) for t in texts]
+    reuse = cache.passages_of(model, [(hashes[i], chunk_vectors[i]) for i, ps in enumerate(split) if ps]) \
+        if cache is not None and hasattr(cache, "passages_of") else {}
+    out: list[np.ndarray | None] = [None] * len(texts)
+    todo: list[int] = []
+    for i, ps in enumerate(split):
+        got = reuse.get(hashes[i]) if ps else None
+        if got is not None and len(got) == len(ps):
+            out[i] = got
+        elif ps:
+            todo.append(i)
+    if todo:
+        groups = [split[i] for i in todo]
+        fresh = embed_texts(provider, [p for ps in groups for p in ps])
+        for i, rows in zip(todo, rows_per_group(groups, fresh)):
+            out[i] = rows
+    return out
 
 
 def resolve_sessions_dir(cfg: Any, workspace: str) -> str:
@@ -247,12 +273,13 @@ def run_sync(
         vectors: list[np.ndarray | None] = [None] * len(group)
         passages: list[list[np.ndarray | None] | None] = [None] * len(group)
         if provider is not None and group_chunks:
-            from memory_core.embeddings.batching import embed_with_passages, rows_per_group
+            from memory_core.embeddings.batching import embed_chunks, rows_per_group
 
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
             cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
-            matrix, extra = embed_with_passages(provider, texts, hashes, cache)  # float32 rows
+            matrix = embed_chunks(provider, texts, hashes, cache)  # float32 rows
+            extra = embed_passages(provider, texts, hashes, matrix, cache, model)
             per_file = [cs for _, cs in group]
             vectors, passages = rows_per_group(per_file, matrix), rows_per_group(per_file, extra)
         for (entry, chunks), vecs, extra_vecs in zip(group, vectors, passages):

@@ -138,3 +138,15 @@ def test_a_shared_mapped_state_keeps_reducing_passages_to_chunks(passage_index, 
     top = mapped.search(q, 3)
     assert top == built.search(q, 3)
     assert [round(s, 6) for _, s in top] == [0.5, 0.426401, 0.0] and len({i for i, _ in top}) == 3
+
+
+def test_int8_passage_codes_round_trip_within_a_step_of_their_scale():
+    from host_facades.vectors import decode_int8, encode_int8
+
+    v = np.random.default_rng(3).standard_normal(384).astype(np.float32)
+    codes, scale = encode_int8(v)
+    assert len(codes) == 384 and scale == pytest.approx(float(np.abs(v).max()) / 127)
+    back = decode_int8(codes, scale)
+    assert float(np.abs(back - v).max()) <= scale / 2 + 1e-6
+    assert encode_int8(back) == (codes, scale)  # a reused vector is stored unchanged
+    assert split_passages("one line\nand a second line") == []  # two lines: no passage vectors

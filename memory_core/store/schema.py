@@ -119,6 +119,11 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (chunk_id, seq)
     ) STRICT;
     """,
+    # 4: passage vectors stored compact: ``scale`` set means ``embedding`` holds one int8 code per
+    # dimension (host_facades.vectors.encode_int8); NULL is a float32 BLOB written before this step.
+    """
+    ALTER TABLE memory_index_passage_vectors ADD COLUMN scale REAL;
+    """,
 ]
 
 # FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in
