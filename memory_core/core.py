@@ -637,14 +637,22 @@ class MemoryCore:
         :class:`~memory_core.search.engine.SearchDetails`, with the hits, the FTS plan, the candidates
         per retriever, each candidate's score parts and the search's ``staleness``; ``.to_dict()`` is
         what ``memory-core search --explain --json`` prints."""
+        from memory_core.search.engine import account
+
         self._check_open()
+        t = time.perf_counter()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
         with index_errors(self.db_path):
             stale = self.before_search() if isinstance(query, str) and query.strip() else None
+            freshness = (time.perf_counter() - t) * 1000
             details = self.search_engine.explain(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector)
             details.staleness = stale
+            if details.timings_ms:  # the freshness check (and bootstrap sync) ran before the engine's clock
+                timings = details.timings_ms
+                total = timings.get("total", 0.0) + freshness
+                details.timings_ms = account({"freshness": freshness, **timings}, total)
             return details
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,

@@ -144,6 +144,16 @@ def _settings_of(c: MemoryCoreConfig) -> _Settings:
     )
 
 
+def account(timings: dict[str, float], total_ms: float) -> dict[str, float]:
+    """Close ``timings`` (stage -> ms) so that every millisecond is named: ``remainder`` is what no
+    stage measured (Python between the stages, the snapshot's BEGIN/COMMIT), ``total`` their sum."""
+    timings.pop("total", None)
+    timings.pop("remainder", None)
+    timings["remainder"] = max(0.0, total_ms - sum(timings.values()))
+    timings["total"] = total_ms
+    return timings
+
+
 def candidate_count(max_results: int, multiplier: float) -> int:
     """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (§6.1 step 9)."""
     return min(MAX_CANDIDATES, max(1, math.floor(max_results * multiplier)))
@@ -191,6 +201,9 @@ class SearchEngine:
         self._lock = threading.RLock()
         self._settings_cache: tuple[Any, _Settings] | None = None
         self._cached = CachedReader(self.db_path)
+        from memory_core.embeddings.query_cache import QueryVectorCache
+
+        self.query_vectors = QueryVectorCache()  # an agent repeats queries: embed each text once a minute
 
     # -------------------------------------------------------------- settings
     def _settings(self) -> _Settings:
@@ -334,8 +347,11 @@ class SearchEngine:
             "active_project_keys": tuple(active_project_keys) if active_project_keys is not None else None,
             "probe_content": probe_content, "details": details})
 
-    def _details(self, req: SearchRequest, reply: SearchReply, t0: float) -> SearchDetails:
-        """:class:`SearchDetails` from the reply of a search with ``details``."""
+    def _details(self, req: SearchRequest, reply: SearchReply, t0: float,
+                 stages: dict[str, float] | None = None) -> SearchDetails:
+        """:class:`SearchDetails` from the reply of a search with ``details`` (``stages``: the
+        engine's own stage timings in ms, before the reply's)."""
+        t_hits = time.perf_counter()
         hits = hits_from_reply(reply)
         params: dict[str, Any] = {"query": req.query, "candidates": req.candidates, "sources": req.sources,
                                   "tokenizer": reply.tokenizer, "model": req.model, "backend": req.backend,
@@ -343,8 +359,9 @@ class SearchEngine:
         if reply.mode == "empty":
             return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision)
         params.update(max_results=req.max_results, min_score=req.min_score, fusion=req.ranking.fusion)
-        timings = dict(reply.timings_ms)
-        timings["total"] = (time.perf_counter() - t0) * 1000
+        timings = {**(stages or {}), **reply.timings_ms}
+        timings["hits"] = (time.perf_counter() - t_hits) * 1000
+        account(timings, (time.perf_counter() - t0) * 1000)
         return SearchDetails(hits=hits, mode=reply.mode, params=params, keyword=reply.keyword, vector=reply.vector,
                              ranked=reply.ranked, revision=reply.revision, timings_ms=timings)
 
@@ -360,9 +377,10 @@ class SearchEngine:
         query_vector: Sequence[float] | None,
         details: bool,
         candidates_for: int | None = None,
-    ) -> tuple[SearchRequest, SearchReply, float] | None:
-        """``(request, reply, start time)`` of one search; None when it has nothing to search
-        (a blank query, an empty index)."""
+    ) -> tuple[SearchRequest, SearchReply, float, dict[str, float]] | None:
+        """``(request, reply, start time, stage timings in ms)`` of one search; None when it has
+        nothing to search (a blank query, an empty index)."""
+        t_start = time.perf_counter()
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
         q = query.strip()
@@ -388,8 +406,11 @@ class SearchEngine:
         if self.retriever is not None:
             return self._search_pooled(st, q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
                                        active_project_keys=active_project_keys, details=details,
-                                       candidates_for=candidates_for)
+                                       candidates_for=candidates_for, t_start=t_start)
+        stages: dict[str, float] = {}
         with self._lock:
+            t = time.perf_counter()
+            stages["prepare"] = (t - t_start) * 1000  # settings, validation, the lock
             has_content = self._has_content()
             if not has_content and self.on_empty_index is not None:
                 self.on_empty_index()
@@ -397,11 +418,14 @@ class SearchEngine:
             if not has_content:
                 return None
             self._check_identity()
-            t0 = time.perf_counter()
             conn = self._reader()
             assert conn is not None
+            t1 = time.perf_counter()
+            stages["identity"] = (t1 - t) * 1000  # the content probe, the identity check, the reader
             # embed before opening the read transaction: a slow provider must not pin a generation
             qvec = self._query_vector(q, query_vector) if want_vector else None
+            t2 = time.perf_counter()
+            stages["embed"] = (t2 - t1) * 1000
             req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                                 active_project_keys=active_project_keys, details=details, probe_content=False,
                                 candidates_for=candidates_for, settings=st)
@@ -409,7 +433,7 @@ class SearchEngine:
             with read_snapshot(conn) as revision:
                 reply = run_search(conn, req, revision=revision,
                                    vector_state=lambda c, model: process_state(c, model, db_id), db_id=db_id)
-            return req, reply, t0
+            return req, reply, t_start, stages
 
     def _identity_or_empty(self) -> bool:
         """Pooled searches: the identity check, but (as in-process) an empty index is not paused:
@@ -431,17 +455,26 @@ class SearchEngine:
 
     def _search_pooled(self, st: _Settings, q: str, srcs: tuple[str, ...], mr: int, ms: float, *, want_vector: bool,
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
-                       details: bool, candidates_for: int | None = None) -> tuple[SearchRequest, SearchReply, float] | None:
+                       details: bool, candidates_for: int | None = None,
+                       t_start: float | None = None) -> tuple[SearchRequest, SearchReply, float, dict[str, float]] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
+        t = time.perf_counter()
+        t_start = t if t_start is None else t_start
+        stages = {"prepare": (t - t_start) * 1000}
         if self.identity_check is not None and not self._identity_or_empty():
             return None
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
+        stages["identity"] = (t1 - t) * 1000
         qvec = self._query_vector(q, query_vector) if want_vector else None
+        t2 = time.perf_counter()
+        stages["embed"] = (t2 - t1) * 1000
         req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                             active_project_keys=active_project_keys, details=details, probe_content=True,
                             candidates_for=candidates_for, settings=st)
         reply = self.retriever.run_search(req)
+        # the task's round trip less what the worker measured inside it
+        stages["pool"] = max(0.0, (time.perf_counter() - t2) * 1000 - sum(reply.timings_ms.values()))
         if reply.empty_index:
             if self.on_empty_index is None:
                 return None
@@ -450,15 +483,13 @@ class SearchEngine:
             reply = self.retriever.run_search(req)
             if reply.empty_index:
                 return None
-        return req, reply, t0
+        return req, reply, t_start, stages
 
     def _query_vector(self, q: str, query_vector: Sequence[float] | None) -> np.ndarray:
         return np.asarray(query_vector if query_vector is not None else self._embed_query(q), dtype=np.float32)
 
     def _embed_query(self, text: str) -> np.ndarray:
-        try:
-            from memory_core.embeddings.batching import embed_query
-        except ImportError:  # pragma: no cover
-            return np.asarray(self.provider.embed_batch([text]), dtype=np.float32)[0]
-        return embed_query(self.provider, text)
+        from memory_core.embeddings.batching import embed_query
+
+        return self.query_vectors.vector(self.provider, text, embed_query)
 
