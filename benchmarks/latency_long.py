@@ -130,8 +130,10 @@ class Anchors:
         self.provider = provider
         self.matrix: np.ndarray | None = None
 
-    def encode(self, texts: Sequence[str], batch: int = 256) -> np.ndarray:
-        """A plain batch encode: the provider's ``embed_batch`` over ``batch`` texts at a time."""
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """A plain batch encode: the provider's ``embed_batch`` over as many texts as it takes in one
+        call (the local provider sorts a call's rows by length and keeps every thread busy)."""
+        batch = int(getattr(self.provider, "max_batch_inputs", 0) or 256)
         rows = [np.asarray(self.provider.embed_batch(list(texts[i:i + batch])), dtype=np.float32)
                 for i in range(0, len(texts), batch)]
         return np.vstack(rows) if rows else np.zeros((0, 384), np.float32)

@@ -326,6 +326,8 @@ def test_core_explain_is_what_search_explain_json_prints(ws, state_home, capsys)
         details = core.explain("Falcon billing")
     data = json.loads(json.dumps(camel_keys(details.to_dict()), default=str))
     timings = data.pop("timingsMs")
+    # each keyword probe's statements, timed: the exact-path tier and the strict query at least
+    assert {"exactPath", "strict"} <= set(printed["fts"].pop("statementsMs")) == set(data["fts"].pop("statementsMs"))
     # "pool": a search that ran as a worker task (the task's round trip less the worker's stages)
     assert set(printed.pop("timingsMs")) - {"pool"} == set(timings) - {"pool"} == {
         "freshness", "prepare", "identity", "embed", "keyword", "metadata", "rank", "hits", "remainder", "total"}
