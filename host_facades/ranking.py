@@ -287,24 +287,36 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return inter / (len(a) + len(b) - inter)
 
 
+class Similarity:
+    """Jaccard similarities of token sets built once, one row at a time (MMR needs the row of each
+    item it picks): bit-packed token incidence, AND and popcount, no BLAS call (a small matrix
+    product on a loaded machine waited on BLAS threads for tens of ms). Values as :func:`jaccard`,
+    in float32."""
+
+    def __init__(self, token_sets: Sequence[frozenset[str]]) -> None:
+        vocab: dict[str, int] = {}
+        rows, cols = [], []
+        for r, toks in enumerate(token_sets):
+            for t in toks:
+                rows.append(r)
+                cols.append(vocab.setdefault(t, len(vocab)))
+        m = np.zeros((len(token_sets), max(1, len(vocab))), dtype=bool)
+        if rows:
+            m[rows, cols] = True
+        self.bits = np.packbits(m, axis=1)
+        self.sizes = np.array([len(t) for t in token_sets], dtype=np.float32)
+
+    def row(self, i: int) -> np.ndarray:
+        inter = np.bitwise_count(self.bits & self.bits[i]).sum(axis=1, dtype=np.int64).astype(np.float32)
+        union = self.sizes[i] + self.sizes - inter
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(union > 0, inter / np.where(union > 0, union, 1), np.float32(1.0))
+
+
 def similarity_matrix(token_sets: Sequence[frozenset[str]]) -> list[list[float]]:
-    """Pairwise Jaccard similarities (same values as :func:`jaccard`), via one sparse product."""
-    n = len(token_sets)
-    vocab: dict[str, int] = {}
-    rows, cols = [], []
-    for r, toks in enumerate(token_sets):
-        for t in toks:
-            rows.append(r)
-            cols.append(vocab.setdefault(t, len(vocab)))
-    m = np.zeros((n, max(1, len(vocab))), dtype=np.float32)
-    if rows:
-        m[rows, cols] = 1.0
-    inter = m @ m.T
-    sizes = np.array([len(t) for t in token_sets], dtype=np.float32)
-    union = sizes[:, None] + sizes[None, :] - inter
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(union > 0, inter / np.where(union > 0, union, 1), 1.0)
-    return out.tolist()
+    """Pairwise Jaccard similarities (same values as :func:`jaccard`)."""
+    sim = Similarity(token_sets)
+    return [sim.row(i).tolist() for i in range(len(token_sets))]
 
 
 def compute_mmr_score(relevance: float, max_similarity: float, lam: float) -> float:
@@ -321,25 +333,26 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
         return sorted(items, key=lambda it: -score(it))
     scores = [score(it) for it in items]
     lo, hi = min(scores), max(scores)
-    rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
-    sim = similarity_matrix([mmr_tokenize(text(it)) for it in items])
-    remaining = list(range(len(items)))
-    # max similarity to the already selected items, updated with each new pick: O(n^2) overall
-    max_sim = [0.0] * len(items)
+    rel = np.array([1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores], dtype=np.float64)
+    sc = np.array(scores, dtype=np.float64)
+    # each candidate's token set once; a similarity row only for each item picked
+    sim = Similarity([mmr_tokenize(text(it)) for it in items])
+    n = len(items)
+    alive = np.ones(n, dtype=bool)
+    # max similarity to the already selected items (float32 values, as the rows), updated per pick
+    max_sim = np.zeros(n, dtype=np.float64)
     selected: list[int] = []
-    while remaining:
-        best = None
-        best_val = -math.inf
-        for i in remaining:
-            val = compute_mmr_score(rel[i], max_sim[i], lam)
-            if val > best_val or (val == best_val and best is not None and scores[i] > scores[best]):
-                best, best_val = i, val
+    for _ in range(n):
+        val = lam * rel - (1 - lam) * max_sim  # compute_mmr_score, per item
+        val[~alive] = -math.inf
+        # the best value; among equal values the higher original score, then the earlier item
+        ties = np.flatnonzero(alive & (val == val.max()))
+        if not len(ties):  # NaN scores: keep the original order
+            ties = np.flatnonzero(alive)[:1]
+        best = int(ties[int(np.argmax(sc[ties]))])
         selected.append(best)
-        remaining.remove(best)
-        row = sim[best]
-        for i in remaining:
-            if row[i] > max_sim[i]:
-                max_sim[i] = row[i]
+        alive[best] = False
+        np.maximum(max_sim, sim.row(best), out=max_sim)
     return [items[i] for i in selected]
 
 
