@@ -287,6 +287,10 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return inter / (len(a) + len(b) - inter)
 
 
+_BITWISE_COUNT = hasattr(np, "bitwise_count")  # numpy >= 2.0; before it, a byte table
+_POPCOUNT8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
 class Similarity:
     """Jaccard similarities of token sets built once, one row at a time (MMR needs the row of each
     item it picks): bit-packed token incidence, AND and popcount, no BLAS call (a small matrix
@@ -307,7 +311,9 @@ class Similarity:
         self.sizes = np.array([len(t) for t in token_sets], dtype=np.float32)
 
     def row(self, i: int) -> np.ndarray:
-        inter = np.bitwise_count(self.bits & self.bits[i]).sum(axis=1, dtype=np.int64).astype(np.float32)
+        both = self.bits & self.bits[i]
+        counts = np.bitwise_count(both) if _BITWISE_COUNT else _POPCOUNT8[both]
+        inter = counts.sum(axis=1, dtype=np.int64).astype(np.float32)
         union = self.sizes[i] + self.sizes - inter
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(union > 0, inter / np.where(union > 0, union, 1), np.float32(1.0))
