@@ -193,6 +193,7 @@ def test_index_embeds_passages_of_chunks_of_three_lines_or_more_and_reuses_them(
             ("memory/long.md", 0, 8, 1), ("memory/long.md", 1, 8, 1), ("memory/long.md", 2, 8, 1)]
         assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(3,)]
         calls = len(fake_provider.calls)
+        assert calls == 1  # chunks and passages in one call: the provider sees full batches
         core.index(force=True)
         assert len(fake_provider.calls) == calls  # chunks from the cache, passages from the live index
         assert rows(core, "SELECT count(*) FROM memory_index_passage_vectors") == [(3,)]
