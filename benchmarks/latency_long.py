@@ -14,7 +14,9 @@ Rows, interleaved sample by sample so every row sees the same machine load:
   exact inner product over one float32 vector per document, fused with the FTS5 OR ranking by RRF
   (k = 60), top ``maxResults``;
 - memory-core keyword and hybrid through ``memory-core serve`` (``memory.search`` v1 over one warm
-  WebSocket connection), and the same two searches in-process (``MemoryCore.search``).
+  WebSocket connection), the same two searches in-process (``MemoryCore.search``, worker pool as
+  configured) and on the engine alone (``MemoryCore(pool=False)``: no process hop), which tells the
+  engine's own work from the hops between processes.
 
 Index rows: ``MemoryCore.index`` of the workspace with the local provider (fresh state, cache
 empty) against a plain batch encode of the same texts the index embeds (each chunk, and each
@@ -209,7 +211,7 @@ async def _samples(urls: dict[str, str], cores: dict[str, Any], anchors: Anchors
 
     rows: dict[str, list[float]] = {name: [] for name in (
         "anchor FTS5 OR", "anchor hybrid", "keyword gateway", "hybrid gateway", "keyword in-process",
-        "hybrid in-process")}
+        "hybrid in-process", "keyword engine", "hybrid engine")}
     clients = {kind: await GatewayClient.open(url, token=TOKEN) for kind, url in urls.items()}
     params = {"maxResults": max_results}
 
@@ -228,6 +230,7 @@ async def _samples(urls: dict[str, str], cores: dict[str, Any], anchors: Anchors
             anchors.hybrid(q, candidates, max_results)
             for kind in ("keyword", "hybrid"):
                 cores[kind].search(q, max_results=max_results)
+                cores[f"{kind} engine"].search(q, max_results=max_results)
                 await clients[kind].call("memory.search", {"query": q, **params})
         with Progress("  long-query samples", len(queries), unit="samples") as progress:
             for i, q in enumerate(queries):
@@ -239,6 +242,8 @@ async def _samples(urls: dict[str, str], cores: dict[str, Any], anchors: Anchors
                 # in-process: this process's engine, whose query caches have not seen ``q`` either
                 clock("keyword in-process", lambda: cores["keyword"].search(q, max_results=max_results))
                 clock("hybrid in-process", lambda: cores["hybrid"].search(q, max_results=max_results))
+                clock("keyword engine", lambda: cores["keyword engine"].search(q, max_results=max_results))
+                clock("hybrid engine", lambda: cores["hybrid engine"].search(q, max_results=max_results))
                 progress(i + 1)
     finally:
         for client in clients.values():
@@ -282,6 +287,10 @@ def run_long(*, docs: int, queries: int, max_results: int, workdir: str,
             res[f"index {kind} s"] = round(time.perf_counter() - t, 2)
             res["chunks"] = summary.chunks
             cores[kind].freshness.start()  # as the server: watcher running, no inline reconcile
+        for kind in ("keyword", "hybrid"):  # the same index, searched in this process
+            cfg = load_config(str(configs[kind]), env={})
+            cores[f"{kind} engine"] = MemoryCore(agent_id=cfg.agent_id, config=cfg, pool=False)
+            cores[f"{kind} engine"].freshness.start()
         from memory_core.search.engine import candidate_count
 
         candidates = candidate_count(max_results, cores["hybrid"].config.query.hybrid.candidate_multiplier)
@@ -303,6 +312,7 @@ def run_long(*, docs: int, queries: int, max_results: int, workdir: str,
         raw = asyncio.run(_samples(res.pop("urls"), cores, anchors, qs, warm, max_results=max_results,
                                    candidates=candidates, log=log))
         res["explain_ms"] = _explain_stages(cores["hybrid"], qs[0] + " recap", max_results)
+        res["explain_engine_ms"] = _explain_stages(cores["hybrid engine"], qs[1] + " recap", max_results)
     finally:
         for proc in procs:
             proc.terminate()
@@ -327,6 +337,8 @@ def run_long(*, docs: int, queries: int, max_results: int, workdir: str,
         "hybrid": round(r["hybrid gateway"]["p50"] / r["anchor hybrid"]["p50"], 2),
         "keyword in-process": round(r["keyword in-process"]["p50"] / r["anchor FTS5 OR"]["p50"], 2),
         "hybrid in-process": round(r["hybrid in-process"]["p50"] / r["anchor hybrid"]["p50"], 2),
+        "keyword engine": round(r["keyword engine"]["p50"] / r["anchor FTS5 OR"]["p50"], 2),
+        "hybrid engine": round(r["hybrid engine"]["p50"] / r["anchor hybrid"]["p50"], 2),
         "index": round(res["index hybrid s"] / max(res["anchor encode s"], 1e-9), 2),
         "disk": round(sum(disk.values()) / floor, 2),
     }
@@ -357,11 +369,13 @@ def table(r: dict[str, Any]) -> str:
                  f"float32 + passage int8 {r['disk_floor_bytes'] / 1e6:.1f} MB")
     lines.append("explain stages (ms, one warm in-process hybrid search): "
                  + ", ".join(f"{k} {v:.2f}" for k, v in r["explain_ms"].items()))
+    lines.append("  the same on the engine alone: " + ", ".join(f"{k} {v:.2f}" for k, v in r["explain_engine_ms"].items()))
     labels = {"keyword": "keyword gateway / anchor FTS5 OR", "hybrid": "hybrid gateway / anchor hybrid",
               "index": "index / plain batch encode", "disk": "disk / text + vectors"}
     for key, t in r["targets"].items():
         lines.append(f"target {labels[key]}: {t['ratio']:.2f}x <= {t['max_ratio']}x -> {'ok' if t['ok'] else 'MISSED'}")
     lines.append(f"in-process: keyword {r['ratios']['keyword in-process']:.2f}x, hybrid "
-                 f"{r['ratios']['hybrid in-process']:.2f}x their anchors (load {r['loadavg'][0]:.1f} -> "
-                 f"{r['loadavg_end'][0]:.1f})")
+                 f"{r['ratios']['hybrid in-process']:.2f}x their anchors; engine alone: keyword "
+                 f"{r['ratios']['keyword engine']:.2f}x, hybrid {r['ratios']['hybrid engine']:.2f}x (load "
+                 f"{r['loadavg'][0]:.1f} -> {r['loadavg_end'][0]:.1f})")
     return "\n".join(lines)

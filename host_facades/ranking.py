@@ -291,38 +291,29 @@ _BITWISE_COUNT = hasattr(np, "bitwise_count")  # numpy >= 2.0; before it, a byte
 _POPCOUNT8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
 
-class Similarity:
-    """Jaccard similarities of token sets built once, one row at a time (MMR needs the row of each
-    item it picks): bit-packed token incidence, AND and popcount, no BLAS call (a small matrix
-    product on a loaded machine waited on BLAS threads for tens of ms). Values as :func:`jaccard`,
-    in float32."""
-
-    def __init__(self, token_sets: Sequence[frozenset[str]]) -> None:
-        vocab: dict[str, int] = {}
-        rows, cols = [], []
-        for r, toks in enumerate(token_sets):
-            for t in toks:
-                rows.append(r)
-                cols.append(vocab.setdefault(t, len(vocab)))
-        m = np.zeros((len(token_sets), max(1, len(vocab))), dtype=bool)
-        if rows:
-            m[rows, cols] = True
-        self.bits = np.packbits(m, axis=1)
-        self.sizes = np.array([len(t) for t in token_sets], dtype=np.float32)
-
-    def row(self, i: int) -> np.ndarray:
-        both = self.bits & self.bits[i]
-        counts = np.bitwise_count(both) if _BITWISE_COUNT else _POPCOUNT8[both]
-        inter = counts.sum(axis=1, dtype=np.int64).astype(np.float32)
-        union = self.sizes[i] + self.sizes - inter
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(union > 0, inter / np.where(union > 0, union, 1), np.float32(1.0))
-
-
 def similarity_matrix(token_sets: Sequence[frozenset[str]]) -> list[list[float]]:
-    """Pairwise Jaccard similarities (same values as :func:`jaccard`)."""
-    sim = Similarity(token_sets)
-    return [sim.row(i).tolist() for i in range(len(token_sets))]
+    """Pairwise Jaccard similarities (same values as :func:`jaccard`, in float32): each set once as
+    bit-packed token incidence, intersections by AND and popcount in row blocks. No BLAS call: a
+    small matrix product waited tens of ms on BLAS threads in a loaded owner process."""
+    n = len(token_sets)
+    vocab: dict[str, int] = {}
+    ids = [[vocab.setdefault(t, len(vocab)) for t in toks] for toks in token_sets]
+    m = np.zeros((n, max(1, len(vocab))), dtype=bool)
+    lens = [len(row) for row in ids]
+    if sum(lens):
+        m[np.repeat(np.arange(n), lens), np.fromiter((c for row in ids for c in row), dtype=np.int64)] = True
+    bits = np.packbits(m, axis=1)
+    sizes = np.array(lens, dtype=np.float32)
+    out = np.empty((n, n), dtype=np.float32)
+    block = max(1, (8 << 20) // max(1, n * bits.shape[1]))  # temporaries of about 8 MB at most
+    for a in range(0, n, block):
+        both = bits[a:a + block, None, :] & bits[None, :, :]
+        counts = np.bitwise_count(both) if _BITWISE_COUNT else _POPCOUNT8[both]
+        inter = counts.sum(axis=2, dtype=np.int64).astype(np.float32)
+        union = sizes[a:a + block, None] + sizes[None, :] - inter
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[a:a + block] = np.where(union > 0, inter / np.where(union > 0, union, 1), np.float32(1.0))
+    return out.tolist()
 
 
 def compute_mmr_score(relevance: float, max_similarity: float, lam: float) -> float:
@@ -339,26 +330,25 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
         return sorted(items, key=lambda it: -score(it))
     scores = [score(it) for it in items]
     lo, hi = min(scores), max(scores)
-    rel = np.array([1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores], dtype=np.float64)
-    sc = np.array(scores, dtype=np.float64)
-    # each candidate's token set once; a similarity row only for each item picked
-    sim = Similarity([mmr_tokenize(text(it)) for it in items])
-    n = len(items)
-    alive = np.ones(n, dtype=bool)
-    # max similarity to the already selected items (float32 values, as the rows), updated per pick
-    max_sim = np.zeros(n, dtype=np.float64)
+    rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
+    sim = similarity_matrix([mmr_tokenize(text(it)) for it in items])
+    remaining = list(range(len(items)))
+    # max similarity to the already selected items, updated with each new pick: O(n^2) overall
+    max_sim = [0.0] * len(items)
     selected: list[int] = []
-    for _ in range(n):
-        val = lam * rel - (1 - lam) * max_sim  # compute_mmr_score, per item
-        val[~alive] = -math.inf
-        # the best value; among equal values the higher original score, then the earlier item
-        ties = np.flatnonzero(alive & (val == val.max()))
-        if not len(ties):  # NaN scores: keep the original order
-            ties = np.flatnonzero(alive)[:1]
-        best = int(ties[int(np.argmax(sc[ties]))])
+    while remaining:
+        best = None
+        best_val = -math.inf
+        for i in remaining:
+            val = compute_mmr_score(rel[i], max_sim[i], lam)
+            if val > best_val or (val == best_val and best is not None and scores[i] > scores[best]):
+                best, best_val = i, val
         selected.append(best)
-        alive[best] = False
-        np.maximum(max_sim, sim.row(best), out=max_sim)
+        remaining.remove(best)
+        row = sim[best]
+        for i in remaining:
+            if row[i] > max_sim[i]:
+                max_sim[i] = row[i]
     return [items[i] for i in selected]
 
 

@@ -60,6 +60,6 @@ def test_long_workload_through_the_cli(tmp_path):
     assert long["docs"] == 30 and long["chunks"] >= 30
     assert {name: row["n"] for name, row in long["rows"].items()} == {
         "anchor FTS5 OR": 4, "anchor hybrid": 4, "keyword gateway": 4, "hybrid gateway": 4,
-        "keyword in-process": 4, "hybrid in-process": 4}
+        "keyword in-process": 4, "hybrid in-process": 4, "keyword engine": 4, "hybrid engine": 4}
     assert set(long["targets"]) == {"keyword", "hybrid", "index", "disk"}
     assert long["explainMs"]["total"] > 0

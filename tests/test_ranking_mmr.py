@@ -1,4 +1,4 @@
-"""MMR (host_facades.ranking.mmr_rerank) against the plain greedy loop it replaced: each pick is the
+"""MMR (host_facades.ranking.mmr_rerank) against the plain greedy loop: each pick is the
 best lambda x relevance - (1 - lambda) x max similarity to the picks so far, ties to the higher
 original score, then the earlier item; similarities are the pairwise Jaccard of similarity_matrix."""
 
