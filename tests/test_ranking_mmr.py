@@ -1,11 +1,13 @@
 """MMR (host_facades.ranking.mmr_rerank) against the plain greedy loop: each pick is the
 best lambda x relevance - (1 - lambda) x max similarity to the picks so far, ties to the higher
-original score, then the earlier item; similarities are the pairwise Jaccard of similarity_matrix."""
+original score, then the earlier item; similarities are each pair's Jaccard (ranking.jaccard) in float32,
+which similarity_matrix computes from bit-packed token sets."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from hypothesis import given, settings
@@ -22,7 +24,8 @@ def greedy(items, lam):
     scores = [s for _, s in items]
     lo, hi = min(scores), max(scores)
     rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
-    sim = ranking.similarity_matrix([ranking.mmr_tokenize(t) for t, _ in items])
+    sets = [set(ranking.mmr_tokenize(t)) for t, _ in items]
+    sim = [[float(np.float32(ranking.jaccard(a, b))) for b in sets] for a in sets]
     remaining, max_sim, out = list(range(len(items))), [0.0] * len(items), []
     while remaining:
         best, best_val = None, -math.inf
