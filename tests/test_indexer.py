@@ -174,21 +174,29 @@ def test_identical_text_embedded_once_and_forced_reindex_uses_cache(workspace, f
         assert core.status()["vector"]["dims"] == 8
 
 
-def test_index_embeds_passages_of_multi_line_chunks_only_and_reuses_them(workspace, fake_provider):
-    write(workspace, "memory/long.md", "the deploy train leaves on friday\nthe dentist moved to tuesday\n")
+LONG_NOTE = "the deploy train leaves on friday\nthe dentist moved to tuesday\nbuy oat milk and coffee\n"
+
+
+def test_index_embeds_passages_of_chunks_of_three_lines_or_more_and_reuses_them(workspace, fake_provider):
+    write(workspace, "memory/long.md", LONG_NOTE)
+    write(workspace, "memory/two.md", "the deploy train leaves on friday\nthe dentist moved to tuesday\n")
     write(workspace, "memory/short.md", "one line about rockets\n")
     with core_for(workspace, provider="fake-test") as core:
         core.index()
-        assert sorted(fake_provider.embedded) == [
-            "one line about rockets\n", "the dentist moved to tuesday", "the deploy train leaves on friday",
-            "the deploy train leaves on friday\nthe dentist moved to tuesday\n"]
-        assert rows(core, "SELECT c.path, p.seq FROM memory_index_passage_vectors p"
+        assert sorted(fake_provider.embedded) == sorted([
+            "buy oat milk and coffee", "one line about rockets\n",
+            "the deploy train leaves on friday\nthe dentist moved to tuesday\n", LONG_NOTE,
+            "the dentist moved to tuesday", "the deploy train leaves on friday"])
+        # one byte per dimension (8 dims) and a scale (schema migration 4); the cache holds the chunks only
+        assert rows(core, "SELECT c.path, p.seq, length(p.embedding), p.scale > 0 FROM memory_index_passage_vectors p"
                           " JOIN memory_index_chunks c ON c.id = p.chunk_id ORDER BY p.seq") == [
-            ("memory/long.md", 0), ("memory/long.md", 1)]
+            ("memory/long.md", 0, 8, 1), ("memory/long.md", 1, 8, 1), ("memory/long.md", 2, 8, 1)]
+        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(3,)]
         calls = len(fake_provider.calls)
+        assert calls == 1  # chunks and passages in one call: the provider sees full batches
         core.index(force=True)
-        assert len(fake_provider.calls) == calls  # chunks and passages both came from the cache
-        assert rows(core, "SELECT count(*) FROM memory_index_passage_vectors") == [(2,)]
+        assert len(fake_provider.calls) == calls  # chunks from the cache, passages from the live index
+        assert rows(core, "SELECT count(*) FROM memory_index_passage_vectors") == [(3,)]
 
 
 def test_identity_mismatch_pauses_sync_and_cli_index_rebuilds(workspace):

@@ -138,3 +138,30 @@ def test_a_shared_mapped_state_keeps_reducing_passages_to_chunks(passage_index, 
     top = mapped.search(q, 3)
     assert top == built.search(q, 3)
     assert [round(s, 6) for _, s in top] == [0.5, 0.426401, 0.0] and len({i for i, _ in top}) == 3
+
+
+def test_int8_passage_codes_round_trip_within_a_step_of_their_scale():
+    from host_facades.db.vectors import decode_int8, encode_int8
+
+    v = np.random.default_rng(3).standard_normal(384).astype(np.float32)
+    codes, scale = encode_int8(v)
+    assert len(codes) == 384 and scale == pytest.approx(float(np.abs(v).max()) / 127)
+    back = decode_int8(codes, scale)
+    assert float(np.abs(back - v).max()) <= scale / 2 + 1e-6
+    assert encode_int8(back) == (codes, scale)  # a reused vector is stored unchanged
+    assert split_passages("one line\nand a second line") == []  # two lines: no passage vectors
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sqlite-vec"])
+def test_float32_passage_rows_written_before_migration_4_still_count(passage_index, backend):
+    from host_facades.db.vectors import decode_int8, encode_vector
+
+    w, path, emb = passage_index
+    conn = w.connection()
+    rows = [tuple(r) for r in conn.execute("SELECT chunk_id, seq, embedding, scale FROM memory_index_passage_vectors")]
+    assert rows and all(len(blob) == 4096 and scale > 0 for _, _, blob, scale in rows)  # int8: 1 byte a dimension
+    with conn:
+        conn.executemany("UPDATE memory_index_passage_vectors SET embedding = ?, scale = NULL WHERE chunk_id = ?"
+                         " AND seq = ?", [(encode_vector(decode_int8(b, s)), c, q) for c, q, b, s in rows])
+    assert _search(path, emb.vector("harps flutes"), backend) == [
+        ("harps.md", 0.5), ("long.md", 0.426401), ("kiwi.md", 0.0)]

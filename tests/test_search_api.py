@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 import os
 
+import numpy as np
 import pytest
 
 from memory_core.cli import main
@@ -324,7 +326,14 @@ def test_core_explain_is_what_search_explain_json_prints(ws, state_home, capsys)
     with MemoryCore(str(ws)) as core:
         details = core.explain("Falcon billing")
     data = json.loads(json.dumps(camel_keys(details.to_dict()), default=str))
-    assert set(printed.pop("timingsMs")) == set(data.pop("timingsMs")) == {"keyword", "metadata", "rank", "total"}
+    timings = data.pop("timingsMs")
+    # each keyword probe's statements, timed: the exact-path tier and the strict query at least
+    assert {"exactPath", "strict"} <= set(printed["fts"].pop("statementsMs")) == set(data["fts"].pop("statementsMs"))
+    # "pool": a search that ran as a worker task (the task's round trip less the worker's stages)
+    assert set(printed.pop("timingsMs")) - {"pool"} == set(timings) - {"pool"} == {
+        "freshness", "prepare", "identity", "embed", "keyword", "metadata", "rank", "hits", "remainder", "total"}
+    # every millisecond is named: the stages and the remainder add up to the total
+    assert sum(v for k, v in timings.items() if k != "total") == pytest.approx(timings["total"])
     assert data == printed
     assert [h.citation for h in details.hits] == [r["citation"] for r in printed["results"]] == ["memory/projects.md#L1"]
     assert (printed["mode"], printed["ftsPlan"]["matchQuery"]) == ("keyword", '"Falcon" AND "billing"')
@@ -358,3 +367,25 @@ def test_identity_state_sees_a_changed_stored_identity_at_once(ws, state_home):
         assert core.identity_state()["mismatch"] == ["chunkTokens"]
         core.writer.write_meta(meta)
         assert core.identity_state() == {"state": "ok", "mismatch": []}
+
+
+def test_a_repeated_query_is_embedded_once_within_the_cache_time():
+    from memory_core.embeddings.query_cache import QueryVectorCache
+
+    now = [0.0]
+    calls: list[str] = []
+
+    def embed(provider, text):
+        calls.append(text)
+        return np.full(3, float(len(calls)), dtype=np.float32)
+
+    cache = QueryVectorCache(ttl_s=60, max_entries=2, clock=lambda: now[0])
+    provider = SimpleNamespace(id="p", model="m", provider_key="k")
+    first = cache.vector(provider, "who owns billing", embed)
+    assert cache.vector(provider, "who owns billing", embed) is first and calls == ["who owns billing"]
+    assert not first.flags.writeable  # shared between searches: nobody may change it
+    other = SimpleNamespace(id="p", model="m2", provider_key="k")
+    cache.vector(other, "who owns billing", embed)  # another model: its own vector
+    now[0] = 61.0
+    assert cache.vector(provider, "who owns billing", embed)[0] == 3.0  # expired: embedded again
+    assert calls == ["who owns billing"] * 3

@@ -553,12 +553,18 @@ def split_text_to_utf8_byte_limit(text: str, max_bytes: int) -> list[str]:
 # one-word bullet goes with the line after it, and every ordinary line is a passage of its own, so
 # one relevant line among unrelated ones gets a vector that is not an average with them.
 PASSAGE_MIN_CHARS = 16
+# A chunk of one or two lines gets no passage vectors: its own vector is already close to each line's
+# (issue 26: they cost a vector each and moved no ranking).
+PASSAGE_MIN_LINES = 3
 
 
-def split_passages(text: str, min_chars: int = PASSAGE_MIN_CHARS) -> list[str]:
+def split_passages(text: str, min_chars: int = PASSAGE_MIN_CHARS, min_lines: int = PASSAGE_MIN_LINES) -> list[str]:
     """The passages of a chunk: its non-blank lines (stripped), consecutive ones joined with ``\n``
     until the passage holds ``min_chars`` characters; a short last group joins the passage before it.
-    A chunk with at most one passage returns ``[]``: its chunk vector is its only vector."""
+    A chunk with fewer than ``min_lines`` non-blank lines or at most one passage returns ``[]``: its
+    chunk vector is its only vector."""
+    if sum(1 for line in text.splitlines() if line.strip()) < min_lines:
+        return []
     out: list[str] = []
     group: list[str] = []
     size = 0

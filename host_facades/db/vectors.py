@@ -26,6 +26,20 @@ def decode_vector(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob, dtype=VECTOR_DTYPE).astype(np.float32)
 
 
+def encode_int8(vector: "np.ndarray | list[float]") -> tuple[bytes, float]:
+    """A compact vector: ``(codes, scale)``, one signed byte per dimension with ``value ~ code x
+    scale`` (``scale = max|value| / 127``; the passage vectors' storage, 4x smaller than float32)."""
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    peak = float(np.max(np.abs(v))) if v.size else 0.0
+    scale = peak / 127.0 if peak > 0 else 1.0
+    return np.clip(np.rint(v / scale), -127, 127).astype(np.int8).tobytes(), scale
+
+
+def decode_int8(codes: bytes, scale: float) -> np.ndarray:
+    """The float32 vector of :func:`encode_int8`'s ``(codes, scale)``."""
+    return np.frombuffer(codes, dtype=np.int8).astype(np.float32) * np.float32(scale)
+
+
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
     """Rows (or one vector) scaled to unit length as float32; all-zero rows stay zero."""
     m = np.asarray(matrix, dtype=np.float32)

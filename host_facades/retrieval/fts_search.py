@@ -10,6 +10,7 @@ path-only hits), ``path_score``, ``exact`` (exact-path specificity 0..3) and ``h
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -164,6 +165,23 @@ def _first_chunk(conn: apsw.Connection, path: str, source: str) -> tuple | None:
     ).fetchone()
 
 
+def _first_chunks(conn: apsw.Connection, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
+    """:func:`_first_chunk` of many ``(path, source)`` pairs in one statement per 400 pairs (a long
+    query's path probe matches many files: one statement each was most of its keyword stage)."""
+    out: dict[tuple[str, str], tuple] = {}
+    wanted = list(dict.fromkeys(pairs))
+    for i in range(0, len(wanted), 400):
+        part = wanted[i:i + 400]
+        values = ",".join("(?,?)" for _ in part)
+        for path, source, cid, start, end, text in conn.execute(
+            f"SELECT v.column1, v.column2, c.id, c.start_line, c.end_line, c.text FROM (VALUES {values}) v"
+            f" JOIN {CHUNKS_TABLE} c ON c.chunk_rowid = (SELECT f.chunk_rowid FROM {CHUNKS_TABLE} f"
+            " WHERE f.path = v.column1 AND f.source = v.column2 ORDER BY f.start_line, f.end_line, f.id LIMIT 1)",
+            [x for pair in part for x in pair]):
+            out[(path, source)] = (cid, start, end, text)
+    return out
+
+
 def _exact_candidate_rows(conn: apsw.Connection, exact_q: str, tokenizer: str, src_sql: str,
                           src_params: list[str]) -> list[tuple[str, str]]:
     """Paths that may have exact specificity > 0 for ``exact_q`` (verified by the caller).
@@ -212,8 +230,9 @@ def exact_path_search(
             if spec:
                 found.append((path, source, spec))
         found.sort(key=lambda t: (t[0], t[1]))
+        firsts = _first_chunks(conn, [(path, source) for path, source, _ in found[:EXACT_PATH_CANDIDATE_LIMIT]])
         for path, source, spec in found[:EXACT_PATH_CANDIDATE_LIMIT]:
-            first = _first_chunk(conn, path, source)
+            first = firsts.get((path, source))
             if first is None:
                 continue
             cid, start, end, text = first
@@ -269,10 +288,11 @@ def path_search(
                 error = f"{type(exc).__name__}: {exc}"
                 prow = []
             added = 0
+            firsts = _first_chunks(conn, [(path, source) for path, source, _ in prow])
             for path, source, rank in prow:
                 if added >= limit:
                     break
-                first = _first_chunk(conn, path, source)
+                first = firsts.get((path, source))
                 if first is None:
                     continue
                 cid, start, end, text = first
@@ -386,14 +406,22 @@ def keyword_search_with_fallback(
     conversational query lost the BM25 evidence that several terms co-occur.
     """
     limit = max(1, int(limit))
+    # what each probe's statements took (``--explain``): the exact-path tier, the strict query, the
+    # OR probe, the per-term probes
+    ms: dict[str, float] = {}
+    t = time.perf_counter()
     # the exact-path tier depends only on the original query: compute it once for every probe
     exact = exact_path_search(conn, query, sources=sources, tokenizer=tokenizer)
+    t1 = time.perf_counter()
+    ms["exact_path"] = (t1 - t) * 1000
     full = keyword_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer, exact_hits=exact["hits"])
+    t = time.perf_counter()
+    ms["strict"] = (t - t1) * 1000
     if exact["error"]:
         full["errors"].append(exact["error"])
     info: dict[str, Any] = {"match_query": full["match_query"], "substring_terms": full["substring_terms"],
                             "body_kind": full["body_kind"], "errors": list(full["errors"]), "probes": [],
-                            "full_count": len(full["hits"])}
+                            "full_count": len(full["hits"]), "statements_ms": ms}
     hits = full["hits"]
     if sum(1 for h in hits if h["exact"] == 0) >= limit:
         info["hits"] = hits
@@ -412,8 +440,10 @@ def keyword_search_with_fallback(
         # one query, so its cost is bounded without the 6-term cap of the per-term probes
         whole = (query or "").strip().lower()
         or_terms = [k for k in extract_keywords(query, tokenizer) if k != whole][:MAX_QUERY_TERMS] or terms
+        t = time.perf_counter()
         probe = keyword_search(conn, " ".join(or_terms), limit=limit, sources=sources, tokenizer=tokenizer,
                                ranking_query=query, match_any=True, exact_hits=exact["hits"])
+        ms["or"] = (time.perf_counter() - t) * 1000
         info["probes"].append({"or": probe["match_query"], "count": len(probe["hits"])})
         info["errors"].extend(probe["errors"])
         sets.append(probe["hits"])
@@ -422,11 +452,13 @@ def keyword_search_with_fallback(
     # other query words, letting one incidental word outrank rows that match several.
     or_complete = or_fallback and not probe["errors"]
     if not or_complete and sum(1 for h in merge_keyword_hits(sets) if h["exact"] == 0) < limit:
+        t = time.perf_counter()
         for term in terms:
             probe = keyword_search(conn, term, limit=limit, sources=sources, tokenizer=tokenizer,
                                    ranking_query=query, exact_hits=exact["hits"])
             info["probes"].append({"term": term, "count": len(probe["hits"])})
             info["errors"].extend(probe["errors"])
             sets.append(probe["hits"])
+        ms["terms"] = (time.perf_counter() - t) * 1000
     info["hits"] = limit_keyword_hits(merge_keyword_hits(sets), limit)
     return info

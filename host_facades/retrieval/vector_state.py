@@ -27,7 +27,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades.db.vectors import VECTOR_DTYPE, normalize_rows
+from host_facades.db.vectors import VECTOR_DTYPE, decode_int8, normalize_rows
 
 # (db identity "dev:inode", revision, model); model "" = every model, a tuple = several models
 DerivedKey = tuple  # tuple[str, int, str | tuple[str, ...]]
@@ -332,13 +332,18 @@ def has_passage_table(conn: apsw.Connection) -> bool:
 
 def passage_rows(conn: apsw.Connection, where: str = "", params: Sequence[Any] = ()) -> list[tuple]:
     """``(chunk id, source, embedding, chunk_rowid, seq)`` of every passage vector whose chunk has a
-    vector and passes ``where`` (SQL on the chunk, alias ``c``); [] on an index without passages."""
+    vector and passes ``where`` (SQL on the chunk, alias ``c``); [] on an index without passages.
+    ``embedding`` is a canonical float32 BLOB: int8 rows (schema migration 4) are decoded here."""
     if not has_passage_table(conn):
         return []
-    return conn.execute(
-        "SELECT c.id, c.source, p.embedding, c.chunk_rowid, p.seq FROM memory_index_passage_vectors p"
+    compact = any(r[1] == "scale" for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)"))
+    rows = conn.execute(
+        f"SELECT c.id, c.source, p.embedding, c.chunk_rowid, p.seq, {'p.scale' if compact else 'NULL'}"
+        " FROM memory_index_passage_vectors p"
         f" JOIN memory_index_chunks c ON c.id = p.chunk_id WHERE length(c.embedding) > 0{where}",
         list(params)).fetchall()
+    return [(cid, src, blob if scale is None else decode_int8(blob, scale).astype(VECTOR_DTYPE).tobytes(), rowid, seq)
+            for cid, src, blob, rowid, seq, scale in rows]
 
 
 def build_index(matrix: np.ndarray, *, kind: str | None = None) -> tuple[object, np.ndarray]:

@@ -89,6 +89,8 @@ def _format_explain(data: dict[str, Any]) -> str:
     if fts:
         lines.append(f"keyword: body={fts.get('body_kind')} strict hits={fts.get('full_count')} probes={fts.get('probes')}"
                      + (f" errors={fts['errors']}" if fts.get("errors") else ""))
+        if fts.get("statements_ms"):
+            lines.append("keyword statements ms: " + ", ".join(f"{k} {v:.2f}" for k, v in fts["statements_ms"].items()))
     cands = data.get("candidates", {})
     lines.append(f"candidates: keyword {len(cands.get('keyword', []))}, vector {len(cands.get('vector', []))}")
     fusion = (data.get("params") or {}).get("fusion", "-")

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 import numpy as np
 
-from host_facades.vectors import normalize_rows
+from host_facades.db.vectors import normalize_rows
 from memory_core.embeddings.base import ProviderRequestError, compute_provider_key
 from memory_core.errors import ConfigError, ProviderUnavailable
 

@@ -148,6 +148,16 @@ def _settings_of(c: MemoryCoreConfig) -> _Settings:
     )
 
 
+def account(timings: dict[str, float], total_ms: float) -> dict[str, float]:
+    """Close ``timings`` (stage -> ms) so that every millisecond is named: ``remainder`` is what no
+    stage measured (Python between the stages, the snapshot's BEGIN/COMMIT), ``total`` their sum."""
+    timings.pop("total", None)
+    timings.pop("remainder", None)
+    timings["remainder"] = max(0.0, total_ms - sum(timings.values()))
+    timings["total"] = total_ms
+    return timings
+
+
 def candidate_count(max_results: int, multiplier: float) -> int:
     """``min(200, max(1, floor(maxResults x candidateMultiplier)))`` (upstream `memory/manager.ts`)."""
     return min(MAX_CANDIDATES, max(1, math.floor(max_results * multiplier)))
@@ -193,6 +203,9 @@ class SearchEngine:
         self._lock = threading.RLock()
         self._settings_cache: tuple[Any, _Settings] | None = None
         self._cached = CachedReader(self.db_path)
+        from memory_core.embeddings.query_cache import QueryVectorCache
+
+        self.query_vectors = QueryVectorCache()  # an agent repeats queries: embed each text once a minute
 
     # -------------------------------------------------------------- settings
     def _settings(self) -> _Settings:
@@ -273,10 +286,12 @@ class SearchEngine:
             raise
         if done is None:
             return SearchResults(details=SearchDetails(hits=[], mode="empty") if details else None)
-        req, reply, t0 = done
+        req, reply, t0, stages = done
+        t_hits = time.perf_counter()
         hits = hits_from_reply(reply)
+        stages["hits"] = (time.perf_counter() - t_hits) * 1000
         return SearchResults(hits, mode=reply.mode, revision=reply.revision,
-                             details=self._details(req, reply, t0, hits) if details else None)
+                             details=self._details(req, reply, t0, hits, stages) if details else None)
 
     def explain(self, query: str, **kwargs: Any) -> SearchDetails:
         """:meth:`search` with ``details`` on (same arguments): its :class:`SearchDetails`."""
@@ -319,9 +334,10 @@ class SearchEngine:
             "probe_content": probe_content, "details": details})
 
     def _details(self, req: SearchRequest, reply: SearchReply, t0: float,
-                 hits: list[SearchHit]) -> SearchDetails:
+                 hits: list[SearchHit], stages: dict[str, float] | None = None) -> SearchDetails:
         """:class:`SearchDetails` from the reply of a search with ``details``, with the FTS plan
-        (query, SQL, fallback keywords) of its query."""
+        (query, SQL, fallback keywords) of its query (``stages``: the engine's own stage timings in
+        ms, before the reply's)."""
         fts_plan = fts_query.explain_fts(req.query, tokenizer=reply.tokenizer, limit=req.candidates,
                                          sources=req.sources)
         params: dict[str, Any] = {"query": req.query, "candidates": req.candidates, "sources": req.sources,
@@ -331,8 +347,8 @@ class SearchEngine:
             return SearchDetails(hits=[], mode="empty", params=params, revision=reply.revision,
                                  fts_plan=fts_plan)
         params.update(max_results=req.max_results, min_score=req.min_score, fusion=req.ranking.fusion)
-        timings = dict(reply.timings_ms)
-        timings["total"] = (time.perf_counter() - t0) * 1000
+        timings = {**(stages or {}), **reply.timings_ms}
+        account(timings, (time.perf_counter() - t0) * 1000)
         return SearchDetails(hits=hits, mode=reply.mode, params=params, keyword=reply.keyword, vector=reply.vector,
                              ranked=reply.ranked, revision=reply.revision, timings_ms=timings,
                              fts_plan=fts_plan)
@@ -350,9 +366,10 @@ class SearchEngine:
         details: bool,
         candidates_for: int | None = None,
         on_embedding: Callable[[BaseException | None], None] | None = None,
-    ) -> tuple[SearchRequest, SearchReply, float] | None:
-        """``(request, reply, start time)`` of one search; None when it has nothing to search
-        (a blank query, an empty index)."""
+    ) -> tuple[SearchRequest, SearchReply, float, dict[str, float]] | None:
+        """``(request, reply, start time, stage timings in ms)`` of one search; None when it has
+        nothing to search (a blank query, an empty index)."""
+        t_start = time.perf_counter()
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {type(query).__name__}")
         q = query.strip()
@@ -381,16 +398,23 @@ class SearchEngine:
         if self.retriever is not None:
             return self._search_pooled(st, q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
                                        active_project_keys=active_project_keys, details=details,
-                                       candidates_for=candidates_for, on_embedding=on_embedding)
+                                       candidates_for=candidates_for, on_embedding=on_embedding,
+                                       t_start=t_start)
+        stages: dict[str, float] = {}
         with self._lock:
+            t = time.perf_counter()
+            stages["prepare"] = (t - t_start) * 1000  # settings, validation, the lock
             if not self._has_content():
                 return None
             self._check_identity()
-            t0 = time.perf_counter()
             conn = self._reader()
             assert conn is not None
+            t1 = time.perf_counter()
+            stages["identity"] = (t1 - t) * 1000  # the content probe, the identity check, the reader
             # embed before opening the read transaction: a slow provider must not pin a generation
             qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
+            t2 = time.perf_counter()
+            stages["embed"] = (t2 - t1) * 1000
             req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                                 active_project_keys=active_project_keys, details=details, probe_content=False,
                                 candidates_for=candidates_for, settings=st)
@@ -398,7 +422,7 @@ class SearchEngine:
             with read_snapshot(conn) as revision:
                 reply = run_search(conn, req, revision=revision,
                                    vector_state=lambda c, model: process_state(c, model, db_id), db_id=db_id)
-            return req, reply, t0
+            return req, reply, t_start, stages
 
     def _identity_or_empty(self) -> bool:
         """Pooled searches: the identity check, but (as in-process) an empty index is not paused
@@ -416,20 +440,28 @@ class SearchEngine:
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
                        details: bool, candidates_for: int | None = None,
                        on_embedding: Callable[[BaseException | None], None] | None = None,
-                       ) -> tuple[SearchRequest, SearchReply, float] | None:
+                       t_start: float | None = None) -> tuple[SearchRequest, SearchReply, float, dict[str, float]] | None:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
+        t = time.perf_counter()
+        t_start = t if t_start is None else t_start
+        stages = {"prepare": (t - t_start) * 1000}
         if self.identity_check is not None and not self._identity_or_empty():
             return None
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
+        stages["identity"] = (t1 - t) * 1000
         qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
+        t2 = time.perf_counter()
+        stages["embed"] = (t2 - t1) * 1000
         req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
                             active_project_keys=active_project_keys, details=details, probe_content=True,
                             candidates_for=candidates_for, settings=st)
         reply = self.retriever.run_search(req)
+        # the task's round trip less what the worker measured inside it
+        stages["pool"] = max(0.0, (time.perf_counter() - t2) * 1000 - sum(reply.timings_ms.values()))
         if reply.empty_index:
             return None
-        return req, reply, t0
+        return req, reply, t_start, stages
 
     def _query_vector(self, q: str, query_vector: Sequence[float] | None,
                       on_embedding: Callable[[BaseException | None], None] | None = None) -> np.ndarray:
@@ -446,9 +478,7 @@ class SearchEngine:
         return vector
 
     def _embed_query(self, text: str) -> np.ndarray:
-        try:
-            from memory_core.embeddings.batching import embed_query
-        except ImportError:  # pragma: no cover
-            return np.asarray(self.provider.embed_batch([text]), dtype=np.float32)[0]
-        return embed_query(self.provider, text)
+        from memory_core.embeddings.batching import embed_query
+
+        return self.query_vectors.vector(self.provider, text, embed_query)
 

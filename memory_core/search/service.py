@@ -5,12 +5,13 @@ engine a deadline's fallback reads) and the one search verb every surface takes
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import MemoryCoreError
-from memory_core.search.engine import SearchEngine
+from memory_core.search.engine import SearchEngine, account
 from memory_core.search.types import SearchResults
 from memory_core.store.access import index_errors
 
@@ -94,10 +95,17 @@ class SearchService:
                 kwargs: dict[str, Any]) -> SearchResults:
         with index_errors(self.db_path):
             stale = None
+            t = time.perf_counter()
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
                 stale = before_search()
+            freshness = (time.perf_counter() - t) * 1000
             result = self.engine.search(query, **kwargs)
             result.staleness = stale
-            if result.details is not None:
-                result.details.staleness = stale
+            details = result.details
+            if details is not None:
+                details.staleness = stale
+                if details.timings_ms:  # the freshness check (and bootstrap sync) ran before the engine's clock
+                    timings = details.timings_ms
+                    details.timings_ms = account({"freshness": freshness, **timings},
+                                                 timings.get("total", 0.0) + freshness)
             return result

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 import apsw
 import numpy as np
 
-from host_facades.db.vectors import decode_vector, encode_vector
+from host_facades.db.vectors import decode_int8, decode_vector, encode_vector
 from memory_core.store import schema
 
 T = TypeVar("T")
@@ -40,6 +40,55 @@ class EmbeddingCache:
         self._writer = writer
         self.enabled = enabled
         self.max_entries = max_entries
+        # the live index a rebuild was seeded from (:meth:`copy_from`): its passage vectors are reusable
+        self.seed_path: str | None = None
+
+    def passages_of(self, model: str, chunks: Iterable[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Passage vectors a re-index can reuse, per chunk hash: those the index (or the index a
+        rebuild was seeded from) stores for a chunk of that hash, ``model`` and the same chunk vector
+        (so the same embedding identity). The cache table holds no passage vectors: they are kept once,
+        compact, in ``memory_index_passage_vectors``."""
+        if not self.enabled:
+            return {}
+        wanted = {h: encode_vector(np.asarray(v, dtype=np.float32).reshape(-1)) for h, v in chunks}
+        if not wanted:
+            return {}
+        out = self._writer.serialized(self._passages_in, self._writer.connection(), model, wanted)
+        if self.seed_path and len(out) < len(wanted):
+            try:
+                src = apsw.Connection(self.seed_path, flags=apsw.SQLITE_OPEN_READONLY)
+            except apsw.Error:
+                return out
+            try:
+                src.set_busy_timeout(5000)
+                rest = {h: b for h, b in wanted.items() if h not in out}
+                out.update(self._passages_in(src, model, rest))
+            except apsw.Error:
+                pass
+            finally:
+                src.close()
+        return out
+
+    @staticmethod
+    def _passages_in(conn: apsw.Connection, model: str, wanted: dict[str, bytes]) -> dict[str, np.ndarray]:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)")}
+        if "scale" not in cols:
+            return {}  # none, or float32 ones from before schema migration 4: embedded again
+        found: dict[tuple[str, str], list[np.ndarray]] = {}
+        hashes = list(wanted)
+        for i in range(0, len(hashes), _IN_BATCH):
+            part = hashes[i:i + _IN_BATCH]
+            for h, cid, blob, codes, scale in conn.execute(
+                "SELECT c.hash, c.id, c.embedding, p.embedding, p.scale FROM memory_index_chunks c"
+                " JOIN memory_index_passage_vectors p ON p.chunk_id = c.id"
+                f" WHERE c.model = ? AND c.hash IN ({','.join('?' * len(part))}) AND p.scale IS NOT NULL"
+                " ORDER BY c.id, p.seq", (model, *part)):
+                if blob == wanted[h]:
+                    found.setdefault((h, cid), []).append(decode_int8(codes, scale))
+        out: dict[str, np.ndarray] = {}
+        for (h, _), rows in found.items():
+            out.setdefault(h, np.vstack(rows))
+        return out
 
     def get_many(self, provider: str, model: str, provider_key: str,
                  hashes: Iterable[str]) -> dict[str, np.ndarray]:

@@ -22,7 +22,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from host_facades.vectors import normalize_rows
+from host_facades.db.vectors import normalize_rows
 from memory_core.errors import ConfigError, MemoryCoreError
 
 OPENCLAW_META_KEY = "memory_index_meta_v1"

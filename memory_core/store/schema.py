@@ -119,6 +119,13 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (chunk_id, seq)
     ) STRICT;
     """,
+    # 4: passage vectors stored compact: ``scale`` set means ``embedding`` holds one int8 code per
+    # dimension (host_facades.db.vectors.encode_int8); NULL is a float32 BLOB written before this step.
+    # A re-index finds the passage vectors it can reuse by chunk hash (EmbeddingCache.passages_of).
+    """
+    ALTER TABLE memory_index_passage_vectors ADD COLUMN scale REAL;
+    CREATE INDEX IF NOT EXISTS idx_memory_index_chunks_hash ON memory_index_chunks(hash);
+    """,
 ]
 
 # FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in

@@ -24,7 +24,7 @@ from host_facades.chunking.pipeline import chunk_id
 from host_facades.db.sqlite_ext import load_sqlite_vec
 from host_facades.db.sqlite_read import open_readonly
 from host_facades.retrieval.vector_state import has_passage_table
-from host_facades.db.vectors import encode_vector
+from host_facades.db.vectors import encode_int8, encode_vector
 from memory_core.errors import IndexBusy
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors
@@ -386,7 +386,7 @@ class IndexWriter:
                 vec_rows.append((cid, blob))
                 extra = passages[i] if passages is not None else None
                 if extra is not None:
-                    passage_rows += [(cid, seq, encode_vector(v)) for seq, v in enumerate(np.asarray(extra, np.float32))]
+                    passage_rows += [(cid, seq, *encode_int8(v)) for seq, v in enumerate(np.asarray(extra, np.float32))]
         dims = int(embeddings.shape[1]) if embeddings is not None and embeddings.size else None
 
         with schema.write_tx(conn):
@@ -410,7 +410,7 @@ class IndexWriter:
                 " text, embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)", chunks)
         if passages:
             conn.executemany(
-                "INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding) VALUES (?,?,?)", passages)
+                "INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding, scale) VALUES (?,?,?,?)", passages)
         if recall:
             conn.executemany(
                 "INSERT INTO memory_index_chunk_recall_metadata(chunk_id, importance, triggers, project_key)"
@@ -580,6 +580,7 @@ class IndexWriter:
                     conn.executemany(
                         "INSERT OR IGNORE INTO memory_index_forgotten(source, path, forgotten_at) VALUES (?,?,?)", rows
                     )
+            self.cache.seed_path = other_db_path  # its passage vectors (EmbeddingCache.passages_of)
             if "memory_embedding_cache" in names:
                 return self.cache.copy_from(src)
         except apsw.Error:
@@ -614,8 +615,10 @@ class IndexWriter:
             prov = [tuple(r) for i in ids for r in src.execute(
                 "SELECT chunk_id, origin_class, session_kind, observed_at, supersedes_key"
                 " FROM memory_index_chunk_provenance WHERE chunk_id = ?", i)]
+            scale = "scale" if has_passage_table(src) and any(
+                r[1] == "scale" for r in src.execute("PRAGMA table_info(memory_index_passage_vectors)")) else "NULL"
             passage_rows = [tuple(r) for i in ids for r in src.execute(
-                "SELECT chunk_id, seq, embedding FROM memory_index_passage_vectors WHERE chunk_id = ?", i)
+                f"SELECT chunk_id, seq, embedding, {scale} FROM memory_index_passage_vectors WHERE chunk_id = ?", i)
             ] if has_passage_table(src) else []
         except apsw.Error:
             return False
