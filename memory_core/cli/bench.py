@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "gateway": "benchmarks.bench_gateway",
     "freshness": "benchmarks.bench_freshness",
     "cli": "benchmarks.bench_cli",  # start-up of one-shot commands
+    "agents": "benchmarks.bench_agents",  # many agents in one serve
 }
 
 
