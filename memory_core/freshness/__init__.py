@@ -54,7 +54,17 @@ log = logging.getLogger(__name__)
 
 FULL_RECONCILE_INTERVAL_S = 15 * 60   # SESSION_PRUNE_RECONCILE_INTERVAL_MS
 
-__all__ = ["Freshness", "FreshnessSettings"]
+__all__ = ["Freshness", "FreshnessSettings", "watch_fallback"]
+
+
+def watch_fallback(core: Any) -> str | None:
+    """Why the agent's changes are found by the reconcile instead of a file watch (the kernel refused
+    one), or None when it is watched or not served."""
+    fresh = getattr(core, "_freshness", None)
+    watcher = getattr(fresh, "watcher", None)
+    if watcher is None or watcher.state != "reconcile":
+        return None
+    return watcher.status().get("fallback") or "the file watch was refused"
 
 # problem codes of a file whose publish failed (its previous rows kept): retried, reported as stale
 RETRIED_PROBLEMS = ("publish_failed", "prepare_failed")
@@ -217,7 +227,9 @@ class Freshness:
         self._seed_session_offsets()
         want_watch = self.settings.watch if watch is None else watch
         if want_watch and self.watcher is None:
-            self.watcher = MemoryWatcher(
+            from memory_core.watch_hub import make_watcher
+
+            self.watcher = make_watcher(
                 self.targets, self.on_watch_events, on_restart=self._on_watcher_restart, name=self.agent_id
             )
             self.watcher.start()

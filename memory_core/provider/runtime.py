@@ -584,6 +584,11 @@ class MemoryCoreProvider:
         if identity.get("state") == "mismatch":  # every search is refused until the rebuild
             keys = ", ".join(identity.get("mismatch") or []) or "settings"
             return MemoryHealth(status="unavailable", message=PAUSED_INDEX.format(keys=keys), details=details)
+        from memory_core.freshness import watch_fallback
+
+        fallback = watch_fallback(core)
+        if fallback is not None:  # said once here and in status, not per retry in the log
+            details["watcher"] = f"reconcile: {fallback}"
         if core.last_sync_error:
             return MemoryHealth(status="degraded", message=DEGRADED_SYNC, details=details)
         failed_at = self._runtime.embedding_failure(self.agent_id)
