@@ -193,3 +193,30 @@ def test_agents_past_the_watch_limit_are_reconciled_the_others_watched(tmp_path,
     finally:
         for fr in opened:
             fr.close()
+
+
+def test_thirty_agents_run_on_the_shared_threads_and_each_sees_its_own_edit(tmp_path, hub):
+    import threading
+
+    hub()
+    before = {t.ident for t in threading.enumerate()}
+    opened, indexes = [], []
+    try:
+        for ws in workspaces(tmp_path, 30):
+            (ws / "memory" / "a.md").write_text("old")
+            fr, rows = fresh_for(ws)
+            opened.append(fr.start())
+            indexes.append(rows)
+        for i in range(30):
+            (tmp_path / f"ws{i}" / "memory" / f"e{i}.md").write_text(f"edit {i}")
+        assert wait_for(lambda: all(str(tmp_path / f"ws{i}" / "memory" / f"e{i}.md") in indexes[i]
+                                    for i in range(30)), 30)
+        new = [t.name for t in threading.enumerate() if t.ident not in before]
+        runner = opened[0]._runner
+        assert len(new) <= 1 + runner.size, new  # the hub's reader and the runner's threads, whatever the agents
+        assert all(n == "memory-core-watch" or n.startswith("memory-core-freshness-") for n in new)
+        assert all(set(rows) == {str(tmp_path / f"ws{i}" / "memory" / n) for n in ("a.md", f"e{i}.md")}
+                   for i, rows in enumerate(indexes))
+    finally:
+        for fr in opened:
+            fr.close()
