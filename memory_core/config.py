@@ -16,6 +16,7 @@ import json
 import math
 import os
 import tomllib
+from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -58,7 +59,7 @@ KNOWN_KNOBS = frozenset({
     "MEMORY_CORE_GENSIM_WHEEL_DIR", "MEMORY_CORE_BENCH_CACHE", "MEMORY_CORE_SLOW_REPUBLISHES",
     "MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", "MEMORY_CORE_FAISS_THREADS", "MEMORY_CORE_READ_MMAP_BYTES",
     "MEMORY_CORE_FP16_MIN_ROWS", "MEMORY_CORE_CANDIDATE_INDEX", "MEMORY_CORE_UPDATE_GOLDEN",
-    "MEMORY_CORE_CHURN_SECONDS",
+    "MEMORY_CORE_CHURN_SECONDS", "MEMORY_CORE_WATCHER", "MEMORY_CORE_FRESHNESS_THREADS",
 })
 # Keys whose values are free-form mappings: their own keys are data, not config keys.
 _DATA_KEYS = {"headers"}
@@ -314,6 +315,8 @@ class Gateway(_Model):
     auth: Literal["token", "password", "none"] = "token"
     max_connections: int = Field(256, ge=1)  # more are closed at once with 1013 (try again later)
     idle_timeout_seconds: float = Field(600.0, gt=0)  # an authenticated connection with no request
+    # agents open at once in one server (index owners with their connections); least recently used closed
+    max_open_agents: int = Field(256, ge=1)
 
 
 def _default_state_dir() -> str:
@@ -500,11 +503,12 @@ class MemoryCoreConfig(_Model):
             base["sources"] = self._raw["sources"]  # (an agent may turn on experimental.sessionMemory)
         merged = _merge_agent(base, override)
         merged["agentId"] = agent_id
-        merged["agents"] = self.agents
-        origins = dict(self._origins)
-        for p in _leaf_paths(override):
-            origins[p] = f"agents.{agent_id} in " + self._origins.get(f"agents.{agent_id}", "the config")
-        cfg = _validate(merged, origins, prefix_note=f"agent {agent_id!r}")
+        where = f"agents.{agent_id} in " + self._origins.get(f"agents.{agent_id}", "the config")
+        origins = ChainMap({p: where for p in _leaf_paths(override)}, self._origins)
+        # the agents table is shared, not copied or validated again: with N agents, each for_agent
+        # stays independent of N (load_config validates every agent: N calls, not N squared work)
+        cfg = _validate(merged, origins, prefix_note=f"agent {agent_id!r}", copy_origins=False)
+        cfg.agents = self.agents
         cfg._file_notices = list(self._file_notices)
         return cfg
 
@@ -768,7 +772,8 @@ def _loc_path(loc: tuple[Any, ...]) -> str:
     return "".join(out)
 
 
-def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str = "") -> MemoryCoreConfig:
+def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str = "",
+              copy_origins: bool = True) -> MemoryCoreConfig:
     try:
         cfg = MemoryCoreConfig.model_validate(data)
     except ValidationError as exc:
@@ -791,7 +796,7 @@ def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str
         where = f" for {prefix_note}" if prefix_note else ""
         raise ConfigError(f"invalid configuration{where}: " + "; ".join(lines)) from None
     cfg._raw = copy.deepcopy(data)
-    cfg._origins = dict(origins)
+    cfg._origins = dict(origins) if copy_origins else origins  # type: ignore[assignment]
     return cfg
 
 

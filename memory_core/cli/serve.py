@@ -43,7 +43,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     service = MemoryService(cfg)
 
     def ready(server: Any) -> None:
-        agents = ", ".join(service.agents.ids)
+        ids = service.agents.ids
+        agents = ", ".join(ids) if len(ids) <= 10 else f"{', '.join(ids[:5])} and {len(ids) - 5} more"
         print(f"memory-core gateway listening on {server.url} (auth {auth.mode}; agents: {agents})", flush=True)
         # warm: every configured agent opened, synced and watched now, not at its first request
         # (off the event loop: opening may read every file; a request meanwhile waits for its agent)

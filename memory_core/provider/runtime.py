@@ -261,14 +261,17 @@ class MemoryCoreProviderRuntime:
         self.config = config
         self._core_factory = core_factory
         self._clock = clock
-        self._cores: dict[str, Any] = {}
+        from memory_core.open_agents import OpenAgents
+
+        # open index owners, least recently used closed past gateway.maxOpenAgents
+        self._cores = OpenAgents(int(getattr(getattr(config, "gateway", None), "max_open_agents", 256)))
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
         from memory_core.generations import CursorPins, GenerationLeases
 
         self.pins = CursorPins(GenerationLeases(), ttl_s=float(config.pool.cursor_ttl_s), clock=clock)
-        self.fence = ReloadFence(lambda: {a: str(c.config.provider) for a, c in list(self._cores.items())},
+        self.fence = ReloadFence(lambda: {a: str(c.config.provider) for a, c in self._cores.items()},
                                  self.close_agent)
 
     # --- agents ---------------------------------------------------------------------------
