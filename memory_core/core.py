@@ -510,6 +510,14 @@ class MemoryCore:
         self.notice_swap()
         return self.freshness.before_search()
 
+    def answer_staleness(self, stale: dict[str, Any] | None, query: str, hits: Sequence[Any]) -> dict[str, Any] | None:
+        """One answer's staleness from the index's (``stale``, from :meth:`before_search`): stale only
+        when a hit's file or a file holding a query term is behind (memory_core/freshness/report.py)."""
+        fresh = self._freshness
+        if stale is None or fresh is None:
+            return stale
+        return fresh.answer_staleness(stale, query, [h.path for h in hits])
+
     @property
     def reader(self) -> Any:
         """The owner's read-only :class:`~memory_core.store.reader.CachedReader` (identity and point
@@ -589,7 +597,7 @@ class MemoryCore:
         with index_errors(self.db_path):
             stale = self.before_search() if isinstance(query, str) and query.strip() else None
             details = self.search_engine.search_with_details(query, **kwargs)
-            details.staleness = stale
+            details.staleness = self.answer_staleness(stale, query, details.hits)
             return details
 
     def check_readable(self) -> None:
@@ -628,7 +636,7 @@ class MemoryCore:
             hits = self.search_engine.search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector)
-            return SearchResults(hits, stale)
+            return SearchResults(hits, self.answer_staleness(stale, query, hits))
 
     def explain(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                 sources: Sequence[str] | None = None, lexical_only: bool = False,
@@ -644,7 +652,7 @@ class MemoryCore:
             details = self.search_engine.explain(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector)
-            details.staleness = stale
+            details.staleness = self.answer_staleness(stale, query, details.hits)
             return details
 
     def get(self, path: str, *, from_: int | None = None, lines: int | None = None,

@@ -123,6 +123,7 @@ class Freshness(TranscriptTracking, SearchSide):
         on_dirty: Callable[[bool], None] | None = None,
         abs_fn: Callable[[str], str] | None = None,
         runner: Runner | None = None,
+        index_state_fn: Callable[[], tuple[dict, Iterable[str], dict]] | None = None,
     ) -> None:
         self.settings = s = settings or FreshnessSettings()
         self.agent_id = agent_id
@@ -133,6 +134,7 @@ class Freshness(TranscriptTracking, SearchSide):
         self._paused_fn = paused_fn
         self._forgotten_fn = forgotten_fn
         self._skipped_fn = skipped_fn
+        self._index_state_fn = index_state_fn  # indexed, forgotten and skipped in one read (optional)
         self._action_command = action_command
         self._on_dirty = on_dirty
         self._abs_fn = abs_fn or (lambda rel: os.path.abspath(os.path.join(targets.workspace, rel)))
@@ -290,10 +292,14 @@ class Freshness(TranscriptTracking, SearchSide):
         self._last_reconcile = time.monotonic()
         self.last_reconcile_at = time.time()
         try:
-            indexed = self._indexed_fn()
+            if self._index_state_fn is not None:
+                indexed, forgotten_rows, skipped = self._index_state_fn()
+                forgotten = set(forgotten_rows)
+            else:
+                indexed = self._indexed_fn()
+                forgotten = set(self._forgotten_fn()) if self._forgotten_fn else set()
+                skipped = self._skipped_fn() if self._skipped_fn else {}
             memory, sessions = self._list_fn()
-            forgotten = set(self._forgotten_fn()) if self._forgotten_fn else set()
-            skipped = self._skipped_fn() if self._skipped_fn else {}
         except Exception as exc:  # a failed listing must never prune, only mark dirty
             if strict and isinstance(exc, IndexUnreadable):
                 raise

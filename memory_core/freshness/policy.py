@@ -224,6 +224,14 @@ class SyncPolicy:
             out |= self.running.known_changed
         return out
 
+    def behind_files(self) -> set[str] | None:
+        """The files behind (pending or being published), or None when a full pass is (the whole
+        index may be behind: a folder came or went, the index file was replaced)."""
+        r = self.running
+        if self.dirty_full or (r is not None and r.full_changed):
+            return None
+        return self.pending()
+
     def idle(self) -> bool:
         return self.running is None and self.queued is None and not self.is_dirty()
 

@@ -120,8 +120,15 @@ class SearchSide:
         with self._cond:
             problems = dict(self._policy.problems)
             behind = self._policy.is_behind()
+            files = self._policy.behind_files()
         return report.staleness(paused=paused, sync_error=self.last_sync_error, problems=problems,
-                                behind=behind, action_command=self._action_command, display=self.display)
+                                behind=behind, action_command=self._action_command, display=self.display,
+                                files=files)
+
+    def answer_staleness(self, stale: dict | None, query: str, hit_paths: Any) -> dict | None:
+        """The staleness of one answer (``stale``: what :meth:`before_search` returned): see
+        :func:`memory_core.freshness.report.for_answer`."""
+        return report.for_answer(stale, query, hit_paths, self.display, self._action_command)
 
     def status(self) -> dict:
         """Fields for ``memory-core status``: dirty, last sync, error, problems, pending paths, watcher."""
