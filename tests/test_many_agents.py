@@ -104,3 +104,22 @@ def test_an_agent_edited_while_closed_syncs_before_its_first_answer(tmp_path, mo
         assert ([h.path for h in hits], hits.staleness) == (["memory/later.md"], None)
     finally:
         service.close()
+
+
+def test_a_config_of_thousands_of_agents_loads_and_still_refuses_a_bad_one(tmp_path):
+    import json
+
+    from memory_core.config import load_config
+    from memory_core.errors import ConfigError
+
+    agents = {f"a{i}": {"workspace": str(tmp_path / f"a{i}")} for i in range(3000)}
+    agents["a1234"] = {"workspace": str(tmp_path / "a1234"), "chunking": {"tokens": 0}}
+    path = tmp_path / "memory-core.json"
+    path.write_text(json.dumps({"agentId": "a0", "stateDir": str(tmp_path / "state"), "agents": agents}))
+    with pytest.raises(ConfigError, match=r"for agent 'a1234': chunking.tokens: must be >= 1"):
+        load_config(str(path), env={})
+    agents["a1234"] = {"workspace": str(tmp_path / "a1234"), "chunking": {"tokens": 300}}
+    path.write_text(json.dumps({"agentId": "a0", "stateDir": str(tmp_path / "state"), "agents": agents}))
+    cfg = load_config(str(path), env={})
+    assert (len(cfg.agents), cfg.for_agent("a2999").workspace, cfg.for_agent("a1234").chunking.tokens) == (
+        3000, str(tmp_path / "a2999"), 300)
