@@ -23,7 +23,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_OPEN_AGENTS = 256
-DEFAULT_GRACE_S = 5.0
+DEFAULT_GRACE_S = 2.0
 
 
 class OpenAgents:
