@@ -11,7 +11,9 @@ agent with its own workspace, starts one ``memory-core serve`` on a free loopbac
   ``--in-flight`` pending; an agent that has not answered yet is asked again in the next round);
 - **resources** of the server's whole process tree (the server and its worker processes) read from
   ``/proc``: RSS, threads, open fds and inotify instances (fds that are ``anon_inode:inotify``);
-- **search** p50/p95 of ``--searches`` sequential searches of random agents' words;
+- **search** p50/p95 of ``--searches`` sequential searches of random agents (with thousands of agents
+  most are closed, so this includes opening them), and again among 50 agents kept open (the search
+  itself);
 - **edit to searchable**: for ``--edits`` random agents, a new note with a fresh word is written and
   searched every 50 ms: the time until an answer says ``stale`` or finds it, the time until it finds
   it, and the answers that neither found it nor said ``stale`` after the first second (silently old);
@@ -246,13 +248,18 @@ def percentiles(values: list[float]) -> dict[str, Any]:
     return {"p50_ms": round(statistics.median(s), 2), "p95_ms": round(s[int(0.95 * (len(s) - 1))], 2), "n": len(s)}
 
 
-async def search_latency(url: str, agents: int, searches: int, rng: random.Random, leaks: Leaks) -> dict[str, Any]:
+async def search_latency(url: str, agents: int, searches: int, rng: random.Random, leaks: Leaks,
+                         among: list[int] | None = None) -> dict[str, Any]:
+    """p50/p95 of sequential searches of random agents (of ``among``, asked once each first, when given)."""
     from memory_core.gateway.client import GatewayClient
 
     times: list[float] = []
+    pool = among if among is not None else range(agents)
     async with await GatewayClient.open(url, scopes=["operator.read"]) as client:
+        for i in among or ():
+            await _search(client, i, unique_word(i))  # open (and keep open) these agents first
         for _ in range(searches):
-            i = rng.randrange(agents)
+            i = rng.choice(pool)
             query = rng.choice((unique_word(i), f"{rng.choice(WORDS)} {rng.choice(WORDS)}"))
             t = time.perf_counter()
             payload = await _search(client, i, query)
@@ -350,6 +357,9 @@ def run_bench(*, agents: int, files: int, searches: int, edits: int, in_flight: 
         results["cold_resources"] = resources(server.proc.pid)
         log("searching random agents")
         results["search"] = asyncio.run(search_latency(server.url, agents, searches, rng, leaks))
+        # the engine's cost apart from opening: searches among 50 agents that stay open
+        among = rng.sample(range(agents), min(agents, 50))
+        results["search_open"] = asyncio.run(search_latency(server.url, agents, searches, rng, leaks, among))
         log("editing random agents' workspaces")
         results["edit"] = asyncio.run(edit_latency(server.url, root, agents, edits, rng, leaks,
                                                    time.monotonic() + timeout))
@@ -385,6 +395,8 @@ def table(r: dict[str, Any]) -> str:
     lines.append(f"after searches and edits: RSS {res['rss_mb']} MB, {res['threads']} threads, {res['fds']} fds, "
                  f"{res['inotify_instances']} inotify instances")
     lines.append(f"search over random agents: p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms (n={s['n']})")
+    o = r["search_open"]
+    lines.append(f"search over 50 open agents: p50 {o['p50_ms']} ms, p95 {o['p95_ms']} ms (n={o['n']})")
     lines.append(f"edit to stale-or-found: p50 {e['stale_or_found_s']['p50']} s, max {e['stale_or_found_s']['max']} s; "
                  f"to searchable: p50 {e['found_s']['p50']} s, max {e['found_s']['max']} s; "
                  f"{e['not_found_in_60s']} not found in 60 s; {e['silently_old_answers_after_1s']} silently old "

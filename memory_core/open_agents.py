@@ -24,6 +24,42 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_OPEN_AGENTS = 256
 DEFAULT_GRACE_S = 2.0
+FDS_PER_OPEN_AGENT = 8     # an open agent's SQLite files (index, -wal, -shm, per connection) and its watches
+FDS_RESERVED = 256         # sockets, worker pipes, the process's own files
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise this process's soft open-files limit to its hard limit (a server of many agents needs
+    more than the usual 1,024); returns (soft, hard) as they are now (-1: unlimited or unknown)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return (-1, -1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 65536 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return (soft, hard)
+
+
+def fd_bounded_cap(cap: int, soft_limit: int | None = None) -> int:
+    """``cap`` lowered so that open agents cannot exhaust the open-files limit (``soft_limit``, by
+    default this process's)."""
+    if soft_limit is None:
+        try:
+            import resource
+        except ImportError:
+            return cap
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft_limit == resource.RLIM_INFINITY:
+            return cap
+    if soft_limit < 0:
+        return cap
+    return max(1, min(cap, (soft_limit - FDS_RESERVED) // FDS_PER_OPEN_AGENT))
 
 
 class OpenAgents:

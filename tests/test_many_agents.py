@@ -123,3 +123,11 @@ def test_a_config_of_thousands_of_agents_loads_and_still_refuses_a_bad_one(tmp_p
     cfg = load_config(str(path), env={})
     assert (len(cfg.agents), cfg.for_agent("a2999").workspace, cfg.for_agent("a1234").chunking.tokens) == (
         3000, str(tmp_path / "a2999"), 300)
+
+
+def test_open_agents_are_bounded_by_the_open_files_limit():
+    from memory_core.open_agents import FDS_PER_OPEN_AGENT, FDS_RESERVED, fd_bounded_cap
+
+    assert fd_bounded_cap(256, soft_limit=1024) == (1024 - FDS_RESERVED) // FDS_PER_OPEN_AGENT == 96
+    assert fd_bounded_cap(256, soft_limit=20000) == 256
+    assert fd_bounded_cap(256, soft_limit=100) == 1

@@ -40,6 +40,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be 0..65535 (0 picks a free port), not {port}")
     auth = resolve_auth(mode=args.auth, host=host, token=args.token, password=args.password, config=cfg)
+    from memory_core.open_agents import raise_fd_limit
+
+    raise_fd_limit()  # before the service sizes its open agents by it
     service = MemoryService(cfg)
 
     def ready(server: Any) -> None:

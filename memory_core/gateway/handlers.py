@@ -98,7 +98,7 @@ class MemoryService:
         ``gateway.maxOpenAgents``, the others at their first request. ``log`` gets one line per agent
         (a summary past :data:`WARM_LOG_AGENTS` agents), and another when the startup syncs are done.
         An agent that cannot be opened is logged and left to answer its requests with the error."""
-        cap = int(self.config.gateway.max_open_agents)
+        cap = int(self.runtime.open_agents.cap)  # gateway.maxOpenAgents, lowered to fit the open-files limit
         ids = self.agents.ids[:cap]
         verbose = len(self.agents.ids) <= WARM_LOG_AGENTS
         opened = []
@@ -117,7 +117,8 @@ class MemoryService:
         if not verbose:
             rest = len(self.agents.ids) - len(ids)
             log(f"memory-core: {len(opened)} agents opened and watched" + (
-                f"; {rest} more open at their first request (gateway.maxOpenAgents = {cap})" if rest else ""))
+                f"; {rest} more open at their first request (at most {cap} open at once: gateway.maxOpenAgents)"
+                if rest else ""))
         self._log_in_sync(opened, log, verbose)
 
     @staticmethod

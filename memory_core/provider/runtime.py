@@ -261,10 +261,11 @@ class MemoryCoreProviderRuntime:
         self.config = config
         self._core_factory = core_factory
         self._clock = clock
-        from memory_core.open_agents import OpenAgents
+        from memory_core.open_agents import OpenAgents, fd_bounded_cap
 
-        # open index owners, least recently used closed past gateway.maxOpenAgents
-        self._cores = OpenAgents(int(getattr(getattr(config, "gateway", None), "max_open_agents", 256)))
+        # open index owners, least recently used closed past gateway.maxOpenAgents (and before they
+        # could exhaust the open-files limit)
+        self._cores = OpenAgents(fd_bounded_cap(int(getattr(getattr(config, "gateway", None), "max_open_agents", 256))))
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
@@ -287,6 +288,11 @@ class MemoryCoreProviderRuntime:
     def core(self, agent_id: str) -> Any:
         with self._lock:
             return self._core_locked(agent_id)
+
+    @property
+    def open_agents(self) -> Any:
+        """The open index owners (:class:`~memory_core.open_agents.OpenAgents`: LRU, capped)."""
+        return self._cores
 
     def opened_core(self, agent_id: str) -> Any:
         """The agent's engine if it is already open, else None (never opens, never blocks on I/O)."""
