@@ -136,7 +136,7 @@ class AgentWatch:
         return {"state": self.state, "roots": sorted(self.dirs)[:20], "restarts": self.restarts,
                 "errors": self.errors, "lastError": self.refused, "lastErrorAt": None,
                 "lastEventAt": self.last_event_at, "startedAt": self.started_at, "events": self.events_seen,
-                "shared": True, "fallback": self.hub.fallback}
+                "shared": True, "fallback": self.refused}
 
     def deliver(self, events: list[WatchEvent]) -> None:
         self.events_seen += len(events)

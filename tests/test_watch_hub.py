@@ -54,6 +54,7 @@ class LimitedLibc:
         return self.real.inotify_add_watch(fd, path, mask)
 
     def inotify_rm_watch(self, fd: int, wd: int) -> int:
+        self.left += 1
         return self.real.inotify_rm_watch(fd, wd)
 
 
@@ -190,6 +191,10 @@ def test_agents_past_the_watch_limit_are_reconciled_the_others_watched(tmp_path,
         assert wait_for(lambda: str(tmp_path / "ws0" / "memory" / "w.md") in indexes[0], 10)  # by its watch
         (tmp_path / "ws3" / "memory" / "r.md").write_text("reconciled")
         assert opened[3].before_search()["stale"] is True
+        opened.pop(0).close()  # frees its three watches
+        opened[2]._health_tick()  # ws3's health check retries its refused watch
+        assert opened[2].status()["watcher"]["state"] == "running"
+        assert opened[2].status()["watcher"]["fallback"] is None
     finally:
         for fr in opened:
             fr.close()

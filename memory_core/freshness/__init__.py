@@ -471,6 +471,11 @@ class Freshness(TranscriptTracking, SearchSide):
 
     def _health_tick(self) -> None:
         try:
+            w = self.watcher
+            if w is not None and w.state == "reconcile":
+                # the kernel refused this agent's watch: try again (closed agents may have freed
+                # watches, or the limit was raised); a refusal again is not logged again
+                w.restart("retrying a refused watch")
             self.check_watcher()
             if self.reconcile(sessions_by_delta=True):
                 self._schedule()
