@@ -206,6 +206,14 @@ class MemoryCore:
         self._owner.notice_swap()
         return self.freshness.before_search()
 
+    def answer_staleness(self, stale: dict[str, Any] | None, query: str, hits: Sequence[Any]) -> dict[str, Any] | None:
+        """One answer's staleness from the index's (``stale``, from :meth:`before_search`): stale only
+        when a hit's file or a file holding a query term is behind (memory_core/freshness/report.py)."""
+        fresh = self._freshness
+        if stale is None or fresh is None:
+            return stale
+        return fresh.answer_staleness(stale, query, [h.path for h in hits])
+
     @property
     def last_sync_error(self) -> str | None:
         """Why the last background sync failed, or which files it could not publish (retried); None
@@ -233,7 +241,8 @@ class MemoryCore:
         self._check_open()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
         return self._search.search(
-            query, before_search=self.before_search, sync=lambda: self.sync(reason="search"),
+            query, before_search=self.before_search, answer_staleness=self.answer_staleness,
+            sync=lambda: self.sync(reason="search"),
             sync_if_empty=sync_if_empty, keyword_fallback=keyword_fallback, max_results=max_results,
             min_score=min_score, sources=sources, lexical_only=lexical_only, active_project_keys=active_project_keys,
             query_vector=query_vector, details=details, candidates_for=candidates_for, on_embedding=on_embedding)

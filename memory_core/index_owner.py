@@ -340,6 +340,10 @@ class IndexOwner:
             why = "--force"
         elif mismatch:
             why = f"settings changed ({settings_change(meta, expected, mismatch)})"
+        if full and meta is None and not force and writer.counts()["files"] == 0:
+            summary = self._first_index(writer, reason=reason, provider=provider, progress=progress)
+            summary.rebuild_reason = why
+            return summary
         if not full:
             try:
                 summary = run_sync(writer, self.config, self.workspace, provider, reason=reason,
@@ -356,6 +360,30 @@ class IndexOwner:
             return summary
         summary = self._full_reindex(reason=reason, provider=provider, progress=progress)
         summary.rebuild_reason = why
+        return summary
+
+    def _first_index(self, writer: IndexWriter, *, reason: str, provider: Any | None,
+                     progress: ProgressFn | None) -> IndexSummary:
+        """An agent's first index, built in place by an ordinary sync of every file: there are no
+        earlier answers to keep readable meanwhile, and it takes a third of the time of building
+        aside and swapping (which a server opening thousands of new agents pays for each). Two
+        processes doing it at once publish file by file, as incremental syncs do. Interrupted, it
+        leaves rows without meta, which the next sync rebuilds aside."""
+        try:
+            summary = run_sync(writer, self.config, self.workspace, provider, reason=reason, progress=progress)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # reporting must not mask the real error
+                record_last_sync(writer, None, error=reason_of(exc), reason=reason)
+            raise
+        dims = writer.vec_dims
+        if dims is None and provider is not None:
+            dims = getattr(provider, "dims", None)
+        writer.write_meta(self.expected_identity(dims=dims) if provider is not None
+                          else index_identity(self.config, None))
+        record_workspace(writer, self.workspace)
+        summary.full = True  # every file was read: the same summary as a rebuild's
+        record_last_sync(writer, summary)
+        summary.revision = writer.revision
         return summary
 
     def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None,

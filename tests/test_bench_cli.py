@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 SMALL = {
+    "agents": ["--agents", "3", "--files", "2", "--searches", "5", "--edits", "1", "--restart"],
     "gateway": ["--files", "20", "--samples", "20", "--seconds", "0.5", "--clients", "2"],
     "latency": ["--sizes", "2000", "--queries", "10"],
     "cli": ["--runs", "2"],

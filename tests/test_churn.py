@@ -4,7 +4,8 @@ changes one every 200 ms, 8 WebSocket clients search, and two CLI ``index --forc
 
 Then: no search failed; within 10 s of the writer stopping every current file is found by a word
 only it contains and no deleted (or overwritten) word is found; and while the server was behind,
-an answer that missed a change older than the watcher's reporting margin said it was ``stale``.
+an answer that missed a change older than the watcher's reporting margin said it was ``stale``, and
+at most 1 answer in 4 said so (staleness is per answer, not one flag for the whole index).
 ``MEMORY_CORE_CHURN_SECONDS`` shortens the minute for a quick local run.
 """
 
@@ -250,3 +251,5 @@ def test_serve_under_churn_loses_no_update_and_says_when_it_is_behind(tmp_path):
     assert settle <= SETTLE_S
     assert silent_misses == [], serve_log[-3000:]
     assert answers["total"] >= CLIENTS * SECONDS / 4 and answers["stale"] > 0, answers
+    # stale is per answer (a changed file among its hits or holding its word), not the whole index's flag
+    assert answers["stale"] * 4 <= answers["total"], answers

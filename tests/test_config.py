@@ -79,7 +79,7 @@ EXPECTED_DEFAULTS = {
         "cursorTtlS": 60.0,
     },
     "gateway": {"host": "127.0.0.1", "port": 18789, "token": None, "password": None, "auth": "token",
-                "maxConnections": 256, "idleTimeoutSeconds": 600.0},
+                "maxConnections": 256, "idleTimeoutSeconds": 600.0, "maxOpenAgents": 256},
     "agents": {},
     "modelProviders": {},
     "citations": "auto",

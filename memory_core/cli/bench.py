@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "freshness": "benchmarks.bench_freshness",
     "cli": "benchmarks.bench_cli",  # start-up of one-shot commands
     "host": "benchmarks.bench_host",  # through a real OpenClaw gateway: the plugin vs its own Memory Core
+    "agents": "benchmarks.bench_agents",  # many agents in one serve
 }
 
 

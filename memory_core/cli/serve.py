@@ -52,10 +52,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be 0..65535 (0 picks a free port), not {port}")
     auth = resolve_auth(mode=args.auth, host=host, token=args.token, password=args.password, config=cfg)
+    from memory_core.open_agents import raise_fd_limit
+
+    raise_fd_limit()  # before the service sizes its open agents by it
     service = MemoryService(cfg)
 
     def ready(server: Any) -> None:
-        agents = ", ".join(service.agents.ids)
+        ids = service.agents.ids
+        agents = ", ".join(ids) if len(ids) <= 10 else f"{', '.join(ids[:5])} and {len(ids) - 5} more"
         print(f"memory-core gateway listening on {server.url} (auth {auth.mode}; agents: {agents})", flush=True)
         # warm: every configured agent opened, synced and watched now, not at its first request
         # (off the event loop: opening may read every file; a request meanwhile waits for its agent)

@@ -38,6 +38,14 @@ def freshness_for_core(cls: Any, core: Any, settings: Any = None) -> Any:
             out[_abs_for(rel, source, workspace, sessions_dir)] = (mtime, size)
         return out
 
+    def index_state_fn() -> tuple[dict, list[str], dict]:
+        """(indexed, forgotten, skipped) through one read-only connection (a reconcile's three reads)."""
+        with index_errors(core.db_path):
+            sources, forgotten, skipped = _read_index_rows(core.db_path, "all")
+        return ({_abs_for(rel, src, workspace, sessions_dir): (mtime, size) for src, rel, mtime, size in sources},
+                [_abs_for(rel, src, workspace, sessions_dir) for src, rel in forgotten],
+                {_abs_for(rel, src, workspace, sessions_dir): (mtime, size) for src, rel, mtime, size in skipped})
+
     def forgotten_fn() -> list[str]:
         with index_errors(core.db_path):
             rows = _read_index_rows(core.db_path, "forgotten")
@@ -73,6 +81,7 @@ def freshness_for_core(cls: Any, core: Any, settings: Any = None) -> Any:
         paused_fn=paused_fn,
         forgotten_fn=forgotten_fn,
         skipped_fn=skipped_fn,
+        index_state_fn=index_state_fn,
         action_command=f"memory-core index --agent {core.agent_id}",
         abs_fn=lambda rel: _abs_for(rel, "sessions" if rel.startswith("sessions/") else "memory",
                                     workspace, sessions_dir),
@@ -94,26 +103,32 @@ def _rel_for(path: str, workspace: str, sessions_dir: str | None) -> str:
     return relative_source_path(workspace, path)
 
 
-def _read_index_rows(db_path: str, what: str) -> list[tuple]:
-    """Source rows or skipped files (source, path, mtime, size), or tombstones (source, path),
-    through a short-lived read-only connection: never the writer's."""
+def _read_index_rows(db_path: str, what: str) -> list:
+    """Source rows or skipped files (source, path, mtime, size), tombstones (source, path), or with
+    ``"all"`` the three lists, through one short-lived read-only connection: never the writer's."""
     if not os.path.exists(db_path):
-        return []
-    import apsw
-
+        return [[], [], []] if what == "all" else []
     from memory_core.store.reader import open_readonly_retrying
 
     conn = open_readonly_retrying(db_path, load_vec=False)  # a swap by another process is retried
     try:
-        if what == "sources":
-            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_sources"))
-        if what == "skipped":
-            return list(conn.execute("SELECT source, path, mtime, size FROM memory_index_skipped"))
-        return list(conn.execute("SELECT source, path FROM memory_index_forgotten"))
-    except apsw.SQLError:
-        return []  # schema not created yet
+        if what == "all":
+            return [_rows(conn, "sources"), _rows(conn, "forgotten"), _rows(conn, "skipped")]
+        return _rows(conn, what)
     finally:
         conn.close()
+
+
+def _rows(conn: Any, what: str) -> list[tuple]:
+    import apsw
+
+    sql = {"sources": "SELECT source, path, mtime, size FROM memory_index_sources",
+           "skipped": "SELECT source, path, mtime, size FROM memory_index_skipped",
+           "forgotten": "SELECT source, path FROM memory_index_forgotten"}[what]
+    try:
+        return list(conn.execute(sql))
+    except apsw.SQLError:
+        return []  # schema not created yet
 
 
 def _core_sessions_dir(core: Any) -> str | None:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from typing import Any
+
+from memory_core.freshness.reconcile import stat
+from memory_core.watcher import is_session_archive
 
 _READ_BLOCK = 1 << 20
 
@@ -122,3 +126,61 @@ class SessionDeltas:
 
 def is_session_path(path: str, sessions_dir: str | None, is_archive: bool) -> bool:
     return bool(sessions_dir) and os.path.dirname(path) == sessions_dir.rstrip(os.sep) and not is_archive
+
+
+class TranscriptTracking:
+    """The transcript side of a :class:`~memory_core.freshness.Freshness` (a mixin): watch events of
+    transcripts go through :class:`SessionDeltas`, forgotten sessions stop being tracked."""
+
+    _cond: Any
+    _policy: Any
+    _sessions: SessionDeltas
+    _forgotten: set[str]
+    _verified: dict[str, Any]
+    _indexed_fn: Any
+    targets: Any
+    _mark: Any    # Freshness._mark(path, reason) -> bool
+
+    def _session_event(self, path: str, *, deleted: bool) -> bool:
+        """Account appended bytes/newlines of a transcript; True when it became dirty."""
+        with self._cond:
+            if path in self._forgotten:
+                return False  # tombstoned: a sync would refuse it anyway
+        if is_session_archive(path):
+            return self._mark(path, "session-archive")
+        st = None if deleted else stat(path)
+        with self._cond:
+            already = path in self._policy.dirty_paths
+        why = self._sessions.on_change(path, st, already_dirty=already)
+        if why is not None:
+            return self._mark(path, why)
+        if already:
+            self._mark(path, "session-delta")
+        return False
+
+    def _seed_session_offsets(self) -> None:
+        """Baseline offsets: a transcript's indexed size (its content up to there is in the index)."""
+        if not self.targets.sessions_dir:
+            return
+        try:
+            indexed = self._indexed_fn()
+        except Exception:  # noqa: BLE001 - an unreadable index just means no baseline
+            return
+        self._sessions.seed(indexed, self.targets.sessions_dir.rstrip(os.sep) + os.sep)
+
+    def session_deltas(self) -> dict[str, dict[str, int]]:
+        return self._sessions.pending()
+
+    def forget_path(self, indexed_path: str) -> None:
+        """A session was forgotten: stop tracking it (its tombstone keeps it out of the index)."""
+        sd = self.targets.sessions_dir
+        if not sd:
+            return
+        path = os.path.join(sd, os.path.basename(indexed_path))
+        self._sessions.forget(path)
+        with self._cond:
+            self._forgotten.add(path)
+            self._policy.dirty_paths.discard(path)
+            self._policy.problems.pop(path, None)
+            self._verified[path] = stat(path)
+

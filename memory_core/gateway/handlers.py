@@ -49,6 +49,8 @@ PROVIDER_ID = "memory-core"
 REQUEST_NOT_CURRENT = "Memory request authority is no longer active"
 REQUIRES_OPERATOR = "Memory provider reads require an authenticated operator connection"
 PROVIDER_UNAVAILABLE = "Memory provider unavailable"
+WARM_LOG_AGENTS = 20  # past this many agents, serve logs summaries instead of a line per agent
+OPEN_SYNC_WAIT_S = 10.0  # a request that opens a behind agent waits this long for its catch-up sync
 SKIPPED_EMBEDDING_PROBE = {"ok": False, "checked": False,
                            "error": "memory embedding readiness not checked; run `openclaw memory status --deep` to probe"}
 
@@ -92,43 +94,68 @@ class MemoryService:
         return core
 
     def warm(self, log: Callable[[str], None]) -> None:
-        """Open every configured agent now (index owner, watcher, startup catch-up sync), so an idle
-        server does not stay stale until its first request; ``log`` gets one line per agent, and
-        another when its startup sync is done. An agent that cannot be opened is logged and left
-        to answer its requests with the error."""
-        for agent_id in self.agents.ids:
+        """Open configured agents now (index owner, file watch, startup catch-up sync), so an idle
+        server does not stay stale until its first request: all of them up to
+        ``gateway.maxOpenAgents``, the others at their first request. ``log`` gets one line per agent
+        (a summary past :data:`WARM_LOG_AGENTS` agents), and another when the startup syncs are done.
+        An agent that cannot be opened is logged and left to answer its requests with the error."""
+        cap = int(self.runtime.open_agents.cap)  # gateway.maxOpenAgents, lowered to fit the open-files limit
+        ids = self.agents.ids[:cap]
+        verbose = len(self.agents.ids) <= WARM_LOG_AGENTS
+        opened = []
+        for agent_id in ids:
             try:
                 core = self.core(agent_id)
             except Exception as exc:  # noqa: BLE001 - logged; the agent's requests report it
                 log(f"memory-core: agent {agent_id}: cannot open: {error_message(exc)}")
                 continue
-            fresh = core.freshness
-            pending = fresh.status()
-            log(f"memory-core: agent {agent_id}: opened {core.workspace} (index {core.db_path}); watcher "
-                f"{pending['watcher']['state']}; startup sync of {pending['pendingCount']} changed file(s)"
-                + (" and a full pass" if pending["fullSyncPending"] else ""))
-            threading.Thread(target=self._log_in_sync, args=(agent_id, core, log), daemon=True,
-                             name=f"memory-core-warm-{agent_id}").start()
+            opened.append((agent_id, core))
+            if verbose:
+                pending = core.freshness.status()
+                log(f"memory-core: agent {agent_id}: opened {core.workspace} (index {core.db_path}); watcher "
+                    f"{pending['watcher']['state']}; startup sync of {pending['pendingCount']} changed file(s)"
+                    + (" and a full pass" if pending["fullSyncPending"] else ""))
+        if not verbose:
+            rest = len(self.agents.ids) - len(ids)
+            log(f"memory-core: {len(opened)} agents opened and watched" + (
+                f"; {rest} more open at their first request (at most {cap} open at once: gateway.maxOpenAgents)"
+                if rest else ""))
+        self._log_in_sync(opened, log, verbose)
 
     @staticmethod
-    def _log_in_sync(agent_id: str, core: Any, log: Callable[[str], None]) -> None:
-        fresh = core.freshness
-        while not fresh.wait_idle(60.0):
-            if core.closed:  # the server stopped first
-                return
-        st = fresh.status()
-        if st["lastSyncError"]:
-            log(f"memory-core: agent {agent_id}: startup sync failed: {st['lastSyncError']} (retrying)")
-        else:
-            log(f"memory-core: agent {agent_id}: in sync ({st['syncCount']} sync(s) run)")
+    def _log_in_sync(opened: list[tuple[str, Any]], log: Callable[[str], None], verbose: bool) -> None:
+        failed = 0
+        for agent_id, core in opened:
+            fresh = core.freshness
+            while not fresh.wait_idle(60.0):
+                if core.closed:  # the server stopped first, or the agent was closed as least recently used
+                    break
+            st = fresh.status()
+            if st["lastSyncError"]:
+                failed += 1
+                log(f"memory-core: agent {agent_id}: startup sync failed: {st['lastSyncError']} (retrying)")
+            elif verbose:
+                log(f"memory-core: agent {agent_id}: in sync ({st['syncCount']} sync(s) run)")
+        if not verbose:
+            log(f"memory-core: {len(opened) - failed} agents in sync" + (f", {failed} failed (retrying)" if failed else ""))
 
     def agent_config(self, agent_id: str) -> MemoryCoreConfig:
         return self.core(agent_id).config
 
     def core(self, agent_id: str) -> Any:
-        """The agent's engine, opened on first use (raises what ``MemoryCore`` raises)."""
+        """The agent's engine, opened on first use (raises what ``MemoryCore`` raises). An agent
+        opened here whose startup catch-up found changes syncs them first (up to
+        :data:`OPEN_SYNC_WAIT_S`), so the request that opened it does not answer from an old index."""
+        core = self.runtime.opened_core(agent_id)
+        if core is not None:
+            return core
         with self._lock:
-            return self.runtime.core(agent_id)
+            core = self.runtime.core(agent_id)
+        fresh = core.freshness
+        if fresh.is_dirty():
+            fresh.request_sync([], reason="open")
+            fresh.wait_idle(OPEN_SYNC_WAIT_S)  # still behind after that: the answer says stale
+        return core
 
     def preopen(self, agent_id: str) -> None:
         """Open the agent's engine under the lock before the runtime needs it; failures are the runtime's to report."""

@@ -260,14 +260,18 @@ class MemoryCoreProviderRuntime:
         self.config = config
         self._core_factory = core_factory
         self._clock = clock
-        self._cores: dict[str, Any] = {}
+        from memory_core.open_agents import OpenAgents, fd_bounded_cap
+
+        # open index owners, least recently used closed past gateway.maxOpenAgents (and before they
+        # could exhaust the open-files limit)
+        self._cores = OpenAgents(fd_bounded_cap(int(getattr(getattr(config, "gateway", None), "max_open_agents", 256))))
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
         from memory_core.generations import CursorPins, GenerationLeases
 
         self.pins = CursorPins(GenerationLeases(), ttl_s=float(config.pool.cursor_ttl_s), clock=clock)
-        self.fence = ReloadFence(lambda: {a: str(c.config.provider) for a, c in list(self._cores.items())},
+        self.fence = ReloadFence(lambda: {a: str(c.config.provider) for a, c in self._cores.items()},
                                  self.close_agent)
 
     # --- agents ---------------------------------------------------------------------------
@@ -283,6 +287,11 @@ class MemoryCoreProviderRuntime:
     def core(self, agent_id: str) -> Any:
         with self._lock:
             return self._core_locked(agent_id)
+
+    @property
+    def open_agents(self) -> Any:
+        """The open index owners (:class:`~memory_core.open_agents.OpenAgents`: LRU, capped)."""
+        return self._cores
 
     def opened_core(self, agent_id: str) -> Any:
         """The agent's engine if it is already open, else None (never opens, never blocks on I/O)."""
@@ -570,6 +579,11 @@ class MemoryCoreProvider:
             # the search's own message (what differs, both fixes; no paths), else the generic one
             message = identity.get("message") or PAUSED_INDEX.format(keys=keys)
             return MemoryHealth(status="unavailable", message=message, details=details)
+        from memory_core.freshness import watch_fallback
+
+        fallback = watch_fallback(core)
+        if fallback is not None:  # said once here and in status, not per retry in the log
+            details["watcher"] = f"reconcile: {fallback}"
         if core.last_sync_error:
             return MemoryHealth(status="degraded", message=DEGRADED_SYNC, details=details)
         failed_at = self._runtime.embedding_failure(self.agent_id)

@@ -75,24 +75,26 @@ class SearchService:
 
     def search(self, query: str, *, before_search: Callable[[], dict[str, Any] | None],
                sync: Callable[[], Any], sync_if_empty: bool = False, keyword_fallback: bool = False,
+               answer_staleness: Callable[[Any, str, Any], Any] = lambda stale, query, hits: stale,
                **kwargs: Any) -> SearchResults:
         """``before_search()`` (its staleness comes back with the hits), then the engine's search
         (``kwargs``: :meth:`SearchEngine.search`'s). ``sync_if_empty``: no hits run ``sync()`` and the
         search again. ``keyword_fallback``: keyword-only on :attr:`fallback_engine`, without
-        ``before_search``."""
+        ``before_search``. ``answer_staleness(stale, query, hits)``: this answer's part of the index's
+        staleness (the files it could depend on)."""
         if keyword_fallback:
             with index_errors(self.db_path):
                 return self.fallback_engine.search(
                     query, max_results=kwargs.get("max_results"), min_score=kwargs.get("min_score"),
                     sources=kwargs.get("sources"), lexical_only=True)
-        result = self._search(query, before_search, kwargs)
+        result = self._search(query, before_search, answer_staleness, kwargs)
         if sync_if_empty and not result:
             sync()
-            result = self._search(query, before_search, kwargs)
+            result = self._search(query, before_search, answer_staleness, kwargs)
         return result
 
     def _search(self, query: str, before_search: Callable[[], dict[str, Any] | None],
-                kwargs: dict[str, Any]) -> SearchResults:
+                answer_staleness: Callable[[Any, str, Any], Any], kwargs: dict[str, Any]) -> SearchResults:
         with index_errors(self.db_path):
             stale = None
             t = time.perf_counter()
@@ -100,6 +102,7 @@ class SearchService:
                 stale = before_search()
             freshness = (time.perf_counter() - t) * 1000
             result = self.engine.search(query, **kwargs)
+            stale = answer_staleness(stale, query, result)
             result.staleness = stale
             details = result.details
             if details is not None:

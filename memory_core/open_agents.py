@@ -1,0 +1,199 @@
+"""The open agents of a server: at most ``gateway.maxOpenAgents`` index owners at a time, least
+recently used closed first.
+
+An open agent (a ``MemoryCore`` with its freshness subscription) holds SQLite connections, a file
+watch and derived state; a closed one costs only its config entry. A server of thousands of agents
+keeps the recently used ones open and closes the rest; the next request for a closed agent opens it
+again (its startup catch-up then finds what changed meanwhile, and the search syncs it first).
+
+An agent is never closed under a request: one used within the last ``grace_s`` seconds or with a
+sync queued or running is skipped, and an evicted agent leaves the map at once (new requests open
+a fresh owner) but is closed on a background thread, so a request still holding it finishes first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_OPEN_AGENTS = 256
+DEFAULT_GRACE_S = 2.0
+FDS_PER_OPEN_AGENT = 8     # an open agent's SQLite files (index, -wal, -shm, per connection) and its watches
+FDS_RESERVED = 256         # sockets, worker pipes, the process's own files
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise this process's soft open-files limit to its hard limit (a server of many agents needs
+    more than the usual 1,024); returns (soft, hard) as they are now (-1: unlimited or unknown)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return (-1, -1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 65536 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return (soft, hard)
+
+
+def fd_bounded_cap(cap: int, soft_limit: int | None = None) -> int:
+    """``cap`` lowered so that open agents cannot exhaust the open-files limit (``soft_limit``, by
+    default this process's)."""
+    if soft_limit is None:
+        try:
+            import resource
+        except ImportError:
+            return cap
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft_limit == resource.RLIM_INFINITY:
+            return cap
+    if soft_limit < 0:
+        return cap
+    return max(1, min(cap, (soft_limit - FDS_RESERVED) // FDS_PER_OPEN_AGENT))
+
+
+class OpenAgents:
+    """A mapping agent id -> open core with an LRU cap (the provider runtime's ``_cores``)."""
+
+    def __init__(self, cap: int = DEFAULT_MAX_OPEN_AGENTS, *, grace_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 close: Callable[[Any], None] | None = None) -> None:
+        self.cap = max(1, int(cap))
+        self.grace_s = DEFAULT_GRACE_S if grace_s is None else grace_s
+        self._clock = clock
+        self._close = close or _close_later
+        self._cores: OrderedDict[str, Any] = OrderedDict()
+        self._used: dict[str, float] = {}
+        self._lock = threading.RLock()
+        self.evicted = 0
+
+    # -- the mapping the runtime reads -------------------------------------------------------------
+
+    def get(self, agent_id: str, default: Any = None) -> Any:
+        with self._lock:
+            core = self._cores.get(agent_id)
+            if core is not None:
+                self._cores.move_to_end(agent_id)
+                self._used[agent_id] = self._clock()
+                self._evict()  # agents skipped before (busy, or used within the grace) may be closable now
+            return core if core is not None else default
+
+    def __setitem__(self, agent_id: str, core: Any) -> None:
+        with self._lock:
+            self._cores[agent_id] = core
+            self._cores.move_to_end(agent_id)
+            self._used[agent_id] = self._clock()
+            self._evict()
+
+    def pop(self, agent_id: str, default: Any = None) -> Any:
+        with self._lock:
+            self._used.pop(agent_id, None)
+            return self._cores.pop(agent_id, default)
+
+    def items(self) -> list[tuple[str, Any]]:
+        with self._lock:
+            return list(self._cores.items())
+
+    def values(self) -> list[Any]:
+        with self._lock:
+            return list(self._cores.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cores.clear()
+            self._used.clear()
+
+    def __len__(self) -> int:
+        return len(self._cores)
+
+    def __eq__(self, other: object) -> bool:  # compares as the plain dict it replaces
+        if isinstance(other, OpenAgents):
+            other = dict(other.items())
+        return isinstance(other, dict) and dict(self.items()) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self._cores
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._cores))
+
+    # -- eviction --------------------------------------------------------------------------------
+
+    def _evict(self) -> None:
+        """Close least recently used agents until the cap holds (skipping the busy ones)."""
+        over = len(self._cores) - self.cap
+        if over <= 0:
+            return
+        now = self._clock()
+        victims = []
+        for agent_id, core in self._cores.items():
+            if len(victims) >= over:
+                break
+            if now - self._used.get(agent_id, 0.0) < self.grace_s or _busy(core):
+                continue
+            victims.append(agent_id)
+        for agent_id in victims:
+            core = self._cores.pop(agent_id)
+            self._used.pop(agent_id, None)
+            self.evicted += 1
+            self._close(core)
+
+    def stats(self) -> dict[str, int]:
+        return {"open": len(self._cores), "cap": self.cap, "evicted": self.evicted}
+
+
+def _busy(core: Any) -> bool:
+    """A sync of the agent is queued or running (closing it now would wait for that sync)."""
+    fresh = getattr(core, "_freshness", None)
+    if fresh is None:
+        return False
+    try:
+        snap = fresh.snapshot()
+    except Exception:  # noqa: BLE001 - a core that cannot say is treated as busy
+        return True
+    return bool(snap["running"] or snap["queued"])
+
+
+_closing: list[tuple[float, Any]] = []
+_closing_cond = threading.Condition()
+_closer: threading.Thread | None = None
+
+
+def _close_later(core: Any) -> None:
+    """Close ``core`` on the one background closer thread (after any request holding it is done)."""
+    global _closer
+    with _closing_cond:
+        _closing.append((time.monotonic() + 1.0, core))
+        if _closer is None or not _closer.is_alive():
+            _closer = threading.Thread(target=_close_loop, name="memory-core-agent-closer", daemon=True)
+            _closer.start()
+        _closing_cond.notify()
+
+
+def _close_loop() -> None:
+    while True:
+        with _closing_cond:
+            while not _closing:
+                _closing_cond.wait()
+            at, core = _closing[0]
+            left = at - time.monotonic()
+            if left > 0:
+                _closing_cond.wait(left)
+                continue
+            _closing.pop(0)
+        try:
+            core.close()
+        except Exception:  # noqa: BLE001 - a failed close never stops the closer
+            log.exception("memory-core: closing an idle agent failed")

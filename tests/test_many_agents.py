@@ -1,0 +1,133 @@
+"""Many agents in one server: at most ``gateway.maxOpenAgents`` open at a time (least recently used
+closed first, never one in use), an agent opened by a request syncs what changed while it was closed
+before answering, and no answer carries another agent's memory. Real workspaces, real SQLite indexes,
+the real shared watcher and freshness threads; the time-based LRU parts run on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from memory_core import open_agents
+from memory_core.config import MemoryCoreConfig
+from memory_core.gateway.client import GatewayClient
+from memory_core.gateway.handlers import MemoryService
+from memory_core.gateway.server import GatewayServer
+from memory_core.gateway import protocol as p
+from memory_core.open_agents import OpenAgents
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class FakeCore:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_least_recently_used_agent_is_closed_past_the_cap_never_one_in_use():
+    now = [0.0]
+    closed: list[str] = []
+    agents = OpenAgents(2, grace_s=5.0, clock=lambda: now[0], close=lambda c: closed.append(c.name))
+    agents["a"] = FakeCore("a")
+    agents["b"] = FakeCore("b")
+    now[0] = 10.0
+    agents.get("a")          # a is used again: b is now the least recently used
+    agents["c"] = FakeCore("c")
+    assert (list(agents), closed) == (["a", "c"], ["b"])
+    agents["d"] = FakeCore("d")  # a and c were used within the grace: over the cap for now
+    assert (list(agents), closed) == (["a", "c", "d"], ["b"])
+    now[0] = 16.0
+    agents["e"] = FakeCore("e")
+    assert (list(agents), closed) == (["d", "e"], ["b", "a", "c"])
+    assert agents.stats() == {"open": 2, "cap": 2, "evicted": 3}
+
+
+def make_agents(tmp_path: Path, n: int, **extra) -> MemoryCoreConfig:
+    agents = {}
+    for i in range(n):
+        ws = tmp_path / f"a{i}"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "memory" / f"a{i}-note.md").write_text(f"# a{i}\nThe word of this agent is uw{i}.\n")
+        agents[f"a{i}"] = {"workspace": str(ws)}
+    return MemoryCoreConfig.model_validate({
+        "agentId": "a0", "workspace": str(tmp_path / "a0"), "stateDir": str(tmp_path / "state"),
+        "pool": {"workers": 0}, "sync": {"watchDebounceMs": 100}, "agents": agents, **extra})
+
+
+def test_a_server_keeps_at_most_the_cap_open_and_every_agent_answers_its_own_word(tmp_path, monkeypatch):
+    monkeypatch.setattr(open_agents, "DEFAULT_GRACE_S", 0.0)
+    cfg = make_agents(tmp_path, 12, gateway={"maxOpenAgents": 3})
+    service = MemoryService(cfg)
+
+    async def main() -> list[dict]:
+        async with GatewayServer(service, auth=p.AuthSettings("none")) as server:
+            async with await GatewayClient.open(server.url) as client:
+                out = []
+                for rnd in range(2):
+                    for i in range(12):
+                        out.append(await client.call("memory.search", {"query": f"uw{i}", "agentId": f"a{i}"}))
+                        # an agent with a sync queued or running is not closed under it: one over at most
+                        assert len(service.runtime._cores) <= 4
+                return out
+
+    try:
+        answers = asyncio.run(main())
+        assert [[h["path"] for h in a["results"]] for a in answers] == [[f"memory/a{i}-note.md"] for i in range(12)] * 2
+        assert not any(a.get("stale") for a in answers)
+        cores = service.runtime._cores
+        assert wait_for(lambda: cores.get("a11") is not None and len(cores) <= 3, 30)
+        assert cores.evicted >= 9 + 12 - 1
+    finally:
+        service.close()
+
+
+def test_an_agent_edited_while_closed_syncs_before_its_first_answer(tmp_path, monkeypatch):
+    monkeypatch.setattr(open_agents, "DEFAULT_GRACE_S", 0.0)
+    cfg = make_agents(tmp_path, 3, gateway={"maxOpenAgents": 1})
+    service = MemoryService(cfg)
+    try:
+        first = service.core("a1")
+        assert [h.path for h in first.search("uw1")] == ["memory/a1-note.md"]
+        service.core("a2").search("uw2")  # a1 is closed as the least recently used
+        assert wait_for(lambda: first.closed, 30)
+        (tmp_path / "a1" / "memory" / "later.md").write_text("written while closed: zebracorn\n")
+        again = service.core("a1")
+        assert again is not first
+        hits = again.search("zebracorn")
+        assert ([h.path for h in hits], hits.staleness) == (["memory/later.md"], None)
+    finally:
+        service.close()
+
+
+def test_a_config_of_thousands_of_agents_loads_and_still_refuses_a_bad_one(tmp_path):
+    import json
+
+    from memory_core.config import load_config
+    from memory_core.errors import ConfigError
+
+    agents = {f"a{i}": {"workspace": str(tmp_path / f"a{i}")} for i in range(3000)}
+    agents["a1234"] = {"workspace": str(tmp_path / "a1234"), "chunking": {"tokens": 0}}
+    path = tmp_path / "memory-core.json"
+    path.write_text(json.dumps({"agentId": "a0", "stateDir": str(tmp_path / "state"), "agents": agents}))
+    with pytest.raises(ConfigError, match=r"for agent 'a1234': chunking.tokens: must be >= 1"):
+        load_config(str(path), env={})
+    agents["a1234"] = {"workspace": str(tmp_path / "a1234"), "chunking": {"tokens": 300}}
+    path.write_text(json.dumps({"agentId": "a0", "stateDir": str(tmp_path / "state"), "agents": agents}))
+    cfg = load_config(str(path), env={})
+    assert (len(cfg.agents), cfg.for_agent("a2999").workspace, cfg.for_agent("a1234").chunking.tokens) == (
+        3000, str(tmp_path / "a2999"), 300)
+
+
+def test_open_agents_are_bounded_by_the_open_files_limit():
+    from memory_core.open_agents import FDS_PER_OPEN_AGENT, FDS_RESERVED, fd_bounded_cap
+
+    assert fd_bounded_cap(256, soft_limit=1024) == (1024 - FDS_RESERVED) // FDS_PER_OPEN_AGENT == 96
+    assert fd_bounded_cap(256, soft_limit=20000) == 256
+    assert fd_bounded_cap(256, soft_limit=100) == 1
