@@ -22,7 +22,7 @@ Index rows: ``MemoryCore.index`` of the workspace with the local provider (fresh
 empty) against a plain batch encode of the same texts the index embeds (each chunk, and each
 passage it stored a vector for); the bytes the index keeps on disk (database, WAL, mapped vector
 files, cache) against the text plus one float32 vector per chunk and one byte per dimension per
-passage vector. Targets (issue 26): keyword <= 1.5x anchor FTS5 OR, hybrid <= 1.5x anchor hybrid,
+passage vector. Targets: keyword <= 1.5x anchor FTS5 OR, hybrid <= 1.5x anchor hybrid,
 index <= 1.3x the plain encode, disk <= 1.5x that sum.
 """
 

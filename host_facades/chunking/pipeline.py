@@ -554,7 +554,7 @@ def split_text_to_utf8_byte_limit(text: str, max_bytes: int) -> list[str]:
 # one relevant line among unrelated ones gets a vector that is not an average with them.
 PASSAGE_MIN_CHARS = 16
 # A chunk of one or two lines gets no passage vectors: its own vector is already close to each line's
-# (issue 26: they cost a vector each and moved no ranking).
+# (they cost a vector each and moved no ranking).
 PASSAGE_MIN_LINES = 3
 
 
