@@ -36,7 +36,7 @@ def test_main_knows_every_command_from_its_module_in_the_cli_package():
     assert list(commands) == ["index", "status", "import-embeddings", "search", "get", "serve", "mcp", "forget", "watch", "bench",
                               "files", "plugin"]
     assert list(subcommands(commands["bench"])) == ["index", "quality", "latency", "throughput", "gateway",
-                                                    "freshness", "cli", "host"]
+                                                    "freshness", "cli", "host", "agents"]
 
 
 def run_python(args: list[str], root: Path) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ the MCP tool's ``debug.*Ms`` timings (set to 0). Nothing else is touched.
 Each surface is recorded twice: keyword-only (provider "none", the example's default:
 ``tests/golden/<surface>.json``) and hybrid with the ``local`` embedding provider
 (``tests/golden/hybrid_<surface>.json``). Both also record the CLI's text output and
-``search --explain --json`` (whose ``timingsMs`` are measurements, set to 0).
+``search --explain --json`` (whose ``timingsMs`` and ``fts.statementsMs`` are measurements, set to 0).
 
 Regenerate after an intended change of a surface (ranking, key style ...) with
 ``MEMORY_CORE_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden_search.py`` and review the diff.
@@ -165,6 +165,9 @@ def test_cli_search_explain_json_is_golden(frozen, capsys):
     for query, out in _cli_outputs(cfg, ws, capsys, "--explain", "--json").items():
         data = json.loads(out)
         data["timingsMs"] = {k: 0 for k in data["timingsMs"]}  # measurements
+        fts = data.get("fts") or {}
+        if "statementsMs" in fts:  # each keyword statement's time: measurements too
+            fts["statementsMs"] = {k: 0 for k in fts["statementsMs"]}
         outputs[query] = json.dumps(data, indent=2, ensure_ascii=False)
     _check(_name(mode, "cli_search_explain"), outputs)
 
