@@ -1,4 +1,5 @@
-"""One sync pass: scan sources, prepare changed files, embed, publish, prune (spec §1.3-1.4, §8.5).
+"""One sync pass: scan sources, prepare changed files, embed, publish, prune (upstream
+`memory/manager-sync-ops.ts`).
 
 :func:`run_sync` works on any :class:`IndexWriter`: the live one for an incremental sync, or the
 temp one of an atomic full reindex. Chunk preparation sits behind :func:`prepare_entry` so it can be
@@ -33,7 +34,8 @@ MAX_RECORDED_PROBLEMS = 200
 
 
 class ScanFailed(MemoryCoreError):
-    """Listing the sources failed; a full reindex is aborted and the old index kept (spec §1.4)."""
+    """Listing the sources failed; a full reindex is aborted and the old index kept (upstream
+    `memory/manager-sync-ops.ts`)."""
 
     code = "scan_failed"
 
@@ -360,7 +362,8 @@ def run_sync(
         if group:
             flush()
 
-    # Prune only after a scan that succeeded (spec §1.4); a file that could not be read this time
+    # Prune only after a scan that succeeded (upstream `memory/manager-sync-ops.ts`); a file that could not
+    # be read this time
     # keeps its rows (it is reported as a problem, not treated as deleted).
     if result.ok:
         present: dict[str, set[str]] = {s: set() for s in cfg.sources}

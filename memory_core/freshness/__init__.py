@@ -1,5 +1,5 @@
 """Keep the index fresh while serving: dirty state, debounce, interval, bounded reconcile, one
-sync at a time (spec §1.3-1.4, §6.1 steps 3 and 5; provider-runtime §3.3).
+sync at a time (upstream `memory/manager-sync-ops.ts`, `memory/manager.ts`; `src/plugins/memory-runtime.ts`).
 
 Three parts: this module's :class:`Freshness` is the scheduling (what is behind, when to sync or
 reconcile); :mod:`memory_core.freshness.sessions` decides when an appended transcript is worth a
@@ -155,7 +155,8 @@ class Freshness(TranscriptTracking, SearchSide):
             )
             self.watcher.start()
         if catch_up:
-            # Startup catch-up: compare on-disk size/mtime with the indexed rows (spec §1.3).
+            # Startup catch-up: compare on-disk size/mtime with the indexed rows (upstream
+            # `memory/manager-sync-ops.ts`).
             if self.reconcile(sessions_by_delta=False, reason="startup"):
                 self._schedule(now=True)
         self._wake()

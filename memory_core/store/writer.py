@@ -1,4 +1,4 @@
-"""The single writer of a per-agent index database (spec §8.5).
+"""The single writer of a per-agent index database (upstream `memory/manager-sync-ops.ts`).
 
 :class:`IndexWriter` owns the one read-write connection. Every mutation of the index goes through
 it: per-source atomic replace (one transaction per source), hash-guarded delete, session forget
