@@ -342,7 +342,7 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
         db: str | None = None, limit: int = 6, rounds: int = 5) -> dict[str, Any]:
     import faiss
 
-    from benchmarks.worker_tasks import TASK_MODULES
+    from benchmarks.worker_tasks import TASK_MODULES, retrieve
     from host_facades.db.sqlite_read import open_readonly
     from memory_core.search.engine import SearchEngine
     from workers.pool import WorkerPool
@@ -391,8 +391,8 @@ def measure(*, chunks: int = 100_000, dims: int = 384, seconds: float = 8.0, sam
 
     def retrieve_only(i: int, n: int) -> Any:
         """The vector retrieval op alone through the pool of ``n`` workers (no ranking)."""
-        return retrievers[n].retrieve(
-            [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL, "limit": limit * 4}], metadata=None)
+        return retrieve(retrievers[n], [{"op": "vector", "qvec": qvecs[i % 512].tobytes(), "model": MODEL,
+                                         "limit": limit * 4}], metadata=None)
 
     mismatches = 0
     steps = Progress("throughput", 4 * len(kinds), unit="steps")  # per kind: latency, QPS, ceiling, close

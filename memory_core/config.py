@@ -1,4 +1,5 @@
-"""memory-core configuration: one pydantic model tree with upstream's keys and defaults (spec §10).
+"""memory-core configuration: one pydantic model tree with upstream's keys and defaults (upstream
+`src/agents/memory-search.ts`).
 
 Attributes are snake_case; the accepted input keys are upstream's camelCase names (snake_case is
 accepted too). Values are clamped the way upstream's ``mergeConfig`` clamps them; values of the
@@ -492,12 +493,13 @@ class MemoryCoreConfig(_Model):
 
     @property
     def vectors_enabled(self) -> bool:
-        """Vectors are used only with a provider and ``store.vector.enabled`` (spec §3.4)."""
+        """Vectors are used only with a provider and ``store.vector.enabled`` (upstream
+        `host/sqlite-vec.ts`)."""
         return self.provider != "none" and self.store.vector.enabled
 
     @property
     def candidate_limit(self) -> int:
-        """min(200, max(1, floor(maxResults x candidateMultiplier))) (spec §6.1 step 9)."""
+        """min(200, max(1, floor(maxResults x candidateMultiplier))) (upstream `memory/manager.ts`)."""
         return min(200, max(1, math.floor(self.query.max_results * self.query.hybrid.candidate_multiplier)))
 
     def db_path(self, agent_id: str | None = None) -> str:

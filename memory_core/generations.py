@@ -9,8 +9,8 @@ timed out. A search that ran whole in one task binds and releases in one step (`
 current generation plus the leased ones: when the last lease on a generation ends, the
 ``on_last_release`` callback (normally ``pool.broadcast("retain", ...)``) tells them to drop it.
 
-Consistency choice: a search sends *all* its retrieval ops and its metadata read to one worker
-as one ``retrieve`` task, which runs them inside one SQLite read transaction (WAL snapshot), so
+Consistency choice: a search sends *all* its retrieval and its metadata read to one worker as
+one ``search`` task (workers/tasks.py), which runs them inside one SQLite read transaction (WAL snapshot), so
 every part of one search sees the same generation by construction. When a caller does split a
 search over several tasks, :func:`run_consistent` checks that every part reports the same
 revision and retries the whole search (bounded) when they disagree.

@@ -1,4 +1,5 @@
-"""One sync pass: scan sources, prepare changed files, embed, publish, prune (spec §1.3-1.4, §8.5).
+"""One sync pass: scan sources, prepare changed files, embed, publish, prune (upstream
+`memory/manager-sync-ops.ts`).
 
 :func:`run_sync` works on any :class:`IndexWriter`: the live one for an incremental sync, or the
 temp one of an atomic full reindex. Chunk preparation sits behind :func:`prepare_entry` so it can be
@@ -33,7 +34,8 @@ MAX_RECORDED_PROBLEMS = 200
 
 
 class ScanFailed(MemoryCoreError):
-    """Listing the sources failed; a full reindex is aborted and the old index kept (spec §1.4)."""
+    """Listing the sources failed; a full reindex is aborted and the old index kept (upstream
+    `memory/manager-sync-ops.ts`)."""
 
     code = "scan_failed"
 
@@ -227,6 +229,9 @@ def run_sync(
     keeps the old index). ``previous``: the live index's ``{source: {path: hash}}`` so a full
     rebuild still reports added/changed/removed against what was there. Per-source publication
     failures of an incremental sync are recorded as problems and the rest continues.
+
+    Steps: scan (here), plan (:func:`_plan`), embed and write (:class:`_Publisher`), prune
+    (:func:`_prune`), record the stats and skips (:func:`_record_scan`), report (:func:`_report`).
     """
     t0 = time.perf_counter()
     if paths is not None:  # a watcher may report a name that is not UTF-8: the scan skips such files
@@ -247,11 +252,42 @@ def run_sync(
         detail = "; ".join(f"{p['path']}: {p['message']}" for p in problems[:3]) or "unknown error"
         raise ScanFailed(f"listing the memory sources failed ({detail}); the previous index was kept, retry later")
 
+    wanted = None if paths is None else {p.replace(os.sep, "/") for p in paths}
+    plan = _plan(writer, result, stats, summary, wanted=wanted, previous=previous, rewrite=force or full)
+    # From here on only the identities of the scanned entries are needed; each content lives in
+    # ``plan.todo`` until it is chunked, so a large transcript's text is not held while publishing.
+    result = ScanResult(ok=result.ok, entries=[], problems=result.problems)
+
+    max_input = int(getattr(provider, "max_input_bytes", 0) or 0) if provider is not None else DEFAULT_MAX_INPUT_BYTES
+    _Publisher(writer, cfg, provider, model, summary, problems, full=full, progress=progress).run(
+        plan.todo, max_input)
+    if result.ok:
+        _prune(writer, cfg, workspace, plan, summary, problems, previous=previous if full else None)
+    _record_scan(writer, cfg, plan, complete=result.ok)
+    return _report(writer, summary, problems, plan, t0)
+
+
+@dataclass
+class _Plan:
+    """What a sync does with the scanned entries: ``todo`` to prepare and publish, ``restat`` (same
+    content under a new ``(path, source, hash, mtime_ms, size)``), the ``scanned`` ``(source, path)``
+    identities, the ``skipped`` records of the scan's problems, the ``indexed`` hashes before the
+    sync, and the ``wanted`` paths of a targeted sync (None: all)."""
+
+    todo: list[SourceEntry]
+    restat: list[tuple[str, str, str, float, int]]
+    scanned: list[tuple[str, str]]
+    skipped: list[tuple[str, str, float, int, str]]
+    indexed: dict[str, dict[str, str]]
+    wanted: set[str] | None
+
+
+def _plan(writer: IndexWriter, result: ScanResult, stats: Mapping[str, Mapping[str, tuple]], summary: IndexSummary,
+          *, wanted: set[str] | None, previous: Mapping[str, Mapping[str, str]] | None, rewrite: bool) -> _Plan:
+    """Sort the scanned entries into added/changed/unchanged/forgotten (counted in ``summary``) and
+    decide which are prepared again (``rewrite``: all of them)."""
     indexed = {s: {p: v[2] for p, v in st.items()} for s, st in stats.items()}
     before = previous if previous is not None else indexed
-    wanted = None if paths is None else {p.replace(os.sep, "/") for p in paths}
-    max_input = int(getattr(provider, "max_input_bytes", 0) or 0) if provider is not None else DEFAULT_MAX_INPUT_BYTES
-
     # A tombstoned session is neither added nor prepared: it is counted as forgotten (the writer
     # still refuses its publication, for a forget that lands while this sync runs).
     forgotten = {(source, path) for source, path, _ in writer.forgotten_paths()}
@@ -271,135 +307,160 @@ def run_sync(
             summary.changed += 1
         else:
             summary.unchanged += 1
-        if force or full or indexed.get(e.source, {}).get(e.path) != e.hash:
+        if rewrite or indexed.get(e.source, {}).get(e.path) != e.hash:
             todo.append(e)
         else:
             mtime, size, _ = stats[e.source][e.path]
             if mtime is None or size is None or not stat_matches((mtime, size), (e.mtime_ms, e.size)):
                 restat.append((e.path, e.source, e.hash, e.mtime_ms, e.size))
-    # From here on only the identities of the scanned entries are needed; each content lives in
-    # ``todo`` until it is chunked, so a large transcript's text is not held while publishing.
     scanned = [(e.source, e.path) for e in result.entries]
     skipped = [(p.source, p.path, p.stat[0], p.stat[1], p.code) for p in result.problems
                if p.stat is not None and (wanted is None or p.path in wanted)]
-    result = ScanResult(ok=result.ok, entries=[], problems=result.problems)
-    e = None  # the loop variable must not keep the last content alive either
+    return _Plan(todo=todo, restat=restat, scanned=scanned, skipped=skipped, indexed=indexed, wanted=wanted)
 
-    total = len(todo)
-    done = 0
-    group: list[tuple[SourceEntry, list[PreparedChunk]]] = []
-    group_chunks = 0
 
-    def flush() -> None:
-        nonlocal done, group, group_chunks
+class _Publisher:
+    """Prepare, embed and write the planned entries: chunks are embedded in groups across files (a
+    provider sees full batches; keyword-only publishes file by file), each file is published in its
+    own transaction, and a file that fails is a problem of an incremental sync (its old rows kept)
+    or the failure of a full one."""
+
+    def __init__(self, writer: IndexWriter, cfg: Any, provider: Any | None, model: str, summary: IndexSummary,
+                 problems: list[dict[str, str]], *, full: bool, progress: ProgressFn | None) -> None:
+        self.writer, self.cfg, self.provider, self.model = writer, cfg, provider, model
+        self.summary, self.problems, self.full, self.progress = summary, problems, full, progress
+        self.total = 0
+        self.done = 0
+        self.group: list[tuple[SourceEntry, list[PreparedChunk]]] = []
+        self.group_chunks = 0
+
+    def run(self, todo: list[SourceEntry], max_input: int) -> None:
+        self.total = len(todo)
+        # A temp database being rebuilt commits in bulk (each source still in its own savepoint); the
+        # live database commits per source so searches see each file as soon as it is published.
+        # chunk preparation runs in the shared indexing pool when there is enough to parallelise
+        # (workers/shared.py; pool.workers = 0 or few files: in-process), in file order, same result.
+        from workers.shared import prepared_stream
+
+        cfg, full = self.cfg, self.full
+        stream = prepared_stream(todo, cfg, max_input)
+        with self.writer.bulk() if full else contextlib.nullcontext():
+            for idx in range(len(todo)):  # not enumerate(): its cached (idx, entry) tuple would keep the text alive
+                entry = todo[idx]
+                try:
+                    chunks = stream.get(idx) if stream is not None else prepare_entry(entry, cfg, max_input_bytes=max_input)
+                except MemoryCoreError:
+                    raise
+                except Exception as exc:  # a chunking bug on one file must not lose the others
+                    if full:
+                        raise
+                    self.summary.failed += 1
+                    self.problems.append({"path": entry.path, "code": "prepare_failed",
+                                          "message": f"could not chunk {entry.path}: {exc}; its previous rows were kept"})
+                    self.done += 1
+                    continue
+                entry = todo[idx] = replace(entry, content="", line_map=None)  # chunked: drop the text
+                self.group.append((entry, chunks))
+                self.group_chunks += len(chunks)
+                if self.provider is None or self.group_chunks >= EMBED_GROUP_CHUNKS:
+                    self.flush()
+            if self.group:
+                self.flush()
+
+    def flush(self) -> None:
+        """Embed the group's chunks (through the cache) and publish its files, in order."""
+        group, provider, summary = self.group, self.provider, self.summary
         vectors: list[np.ndarray | None] = [None] * len(group)
         passages: list[list[np.ndarray | None] | None] = [None] * len(group)
-        if provider is not None and group_chunks:
+        if provider is not None and self.group_chunks:
             from memory_core.embeddings.batching import rows_per_group
 
             texts = [c.text for _, cs in group for c in cs]
             hashes = [c.hash for _, cs in group for c in cs]
-            cache = writer.cache if getattr(cfg.cache, "enabled", True) else None
-            matrix, extra = embed_group(provider, texts, hashes, cache, model)  # float32 rows
+            cache = self.writer.cache if getattr(self.cfg.cache, "enabled", True) else None
+            matrix, extra = embed_group(provider, texts, hashes, cache, self.model)  # float32 rows
             per_file = [cs for _, cs in group]
             vectors, passages = rows_per_group(per_file, matrix), rows_per_group(per_file, extra)
         for (entry, chunks), vecs, extra_vecs in zip(group, vectors, passages):
-            if not full and entry.source == "memory" and _changed_since_read(entry):
+            if not self.full and entry.source == "memory" and _changed_since_read(entry):
                 # Its content is older than the file now: publishing it could overwrite a newer
                 # publish by another writer. The change is the next sync's (a watcher reports it).
                 summary.superseded += 1
-                done += 1
+                self.done += 1
                 continue
             try:
-                status = writer.replace_source(entry, chunks, vecs, model, passages=extra_vecs)
+                status = self.writer.replace_source(entry, chunks, vecs, self.model, passages=extra_vecs)
             except Exception as exc:
-                if full or isinstance(exc, (MemoryCoreError, *CORRUPT_ERRORS)):
+                if self.full or isinstance(exc, (MemoryCoreError, *CORRUPT_ERRORS)):
                     raise  # a damaged index file fails the run (IndexCorrupt), it is no file's problem
                 summary.failed += 1
-                problems.append({"path": entry.path, "code": "publish_failed",
-                                 "message": f"could not store {entry.path}: {exc}; its previous rows were kept"})
+                self.problems.append({"path": entry.path, "code": "publish_failed",
+                                      "message": f"could not store {entry.path}: {exc}; its previous rows were kept"})
             else:
                 if status == "forgotten":
                     summary.forgotten += 1
                 else:
                     summary.chunks_written += len(chunks)
                     summary.bytes += int(entry.size)
-            done += 1
-            if progress is not None:
-                progress(done, total, entry.path)
-        group = []
-        group_chunks = 0
+            self.done += 1
+            if self.progress is not None:
+                self.progress(self.done, self.total, entry.path)
+        self.group = []
+        self.group_chunks = 0
 
-    # A temp database being rebuilt commits in bulk (each source still in its own savepoint); the
-    # live database commits per source so searches see each file as soon as it is published.
-    # chunk preparation runs in the shared indexing pool when there is enough to parallelise
-    # (workers/shared.py; pool.workers = 0 or few files: in-process), in file order, same result.
-    from workers.shared import prepared_stream
 
-    stream = prepared_stream(todo, cfg, max_input)
-    with writer.bulk() if full else contextlib.nullcontext():
-        for idx in range(len(todo)):  # not enumerate(): its cached (idx, entry) tuple would keep the text alive
-            entry = todo[idx]
-            try:
-                chunks = stream.get(idx) if stream is not None else prepare_entry(entry, cfg, max_input_bytes=max_input)
-            except MemoryCoreError:
-                raise
-            except Exception as exc:  # a chunking bug on one file must not lose the others
-                if full:
-                    raise
-                summary.failed += 1
-                problems.append({"path": entry.path, "code": "prepare_failed",
-                                 "message": f"could not chunk {entry.path}: {exc}; its previous rows were kept"})
-                done += 1
+def _prune(writer: IndexWriter, cfg: Any, workspace: str, plan: _Plan, summary: IndexSummary,
+           problems: list[dict[str, str]], *, previous: Mapping[str, Mapping[str, str]] | None) -> None:
+    """Delete the rows of the files the scan no longer found; called only after a scan that succeeded
+    (upstream `memory/manager-sync-ops.ts`): a file that could not be read this time keeps its rows
+    (it is reported as a problem, not treated as deleted). ``previous``: a full rebuild's live index,
+    whose files gone since are counted as removed."""
+    wanted = plan.wanted
+    present: dict[str, set[str]] = {s: set() for s in cfg.sources}
+    for source, path in plan.scanned:
+        present.setdefault(source, set()).add(path)
+    problem_paths = {p["path"] for p in problems}
+    for source, hashes in plan.indexed.items():
+        for path, h in hashes.items():
+            if wanted is not None and path not in wanted:
                 continue
-            entry = todo[idx] = replace(entry, content="", line_map=None)  # chunked: drop the text
-            group.append((entry, chunks))
-            group_chunks += len(chunks)
-            if provider is None or group_chunks >= EMBED_GROUP_CHUNKS:
-                flush()
-        if group:
-            flush()
+            if path in present.get(source, ()) or path in problem_paths:
+                continue
+            if source == "memory" and os.path.lexists(os.path.join(workspace, path)):
+                continue  # created again since the listing: the next sync publishes it
+            if writer.delete_if_current(path, source, h):
+                summary.removed += 1
+    if previous is not None:  # files gone since the live index was built
+        for source, hashes in previous.items():
+            gone = [p for p in hashes if p not in present.get(source, ()) and p not in problem_paths]
+            summary.removed += len([p for p in gone if wanted is None or p in wanted])
 
-    # Prune only after a scan that succeeded (spec §1.4); a file that could not be read this time
-    # keeps its rows (it is reported as a problem, not treated as deleted).
-    if result.ok:
-        present: dict[str, set[str]] = {s: set() for s in cfg.sources}
-        for source, path in scanned:
-            present.setdefault(source, set()).add(path)
-        problem_paths = {p["path"] for p in problems}
-        for source, hashes in indexed.items():
-            for path, h in hashes.items():
-                if wanted is not None and path not in wanted:
-                    continue
-                if path in present.get(source, ()) or path in problem_paths:
-                    continue
-                if source == "memory" and os.path.lexists(os.path.join(workspace, path)):
-                    continue  # created again since the listing: the next sync publishes it
-                if writer.delete_if_current(path, source, h):
-                    summary.removed += 1
-        if full and previous is not None:  # files gone since the live index was built
-            for source, hashes in previous.items():
-                gone = [p for p in hashes if p not in present.get(source, ()) and p not in problem_paths]
-                summary.removed += len([p for p in gone if wanted is None or p in wanted])
 
-    if restat:  # same content under a new mtime/size (touched, checked out again): record the stat
-        writer.refresh_source_stats(restat)
+def _record_scan(writer: IndexWriter, cfg: Any, plan: _Plan, *, complete: bool) -> None:
+    """Record new stats of unchanged files and what the scan skipped."""
+    if plan.restat:  # same content under a new mtime/size (touched, checked out again): record the stat
+        writer.refresh_source_stats(plan.restat)
     # What this sync skipped, and under which stat: freshness treats such a file as current until it
     # changes again (otherwise every search would find it "dirty"). Only what the scan covered is
     # replaced: everything after a complete listing, the wanted paths of a targeted sync.
-    if wanted is None and result.ok:
+    wanted = plan.wanted
+    if wanted is None and complete:
         covered = None
     else:
-        covered = {(source, path) for source, path in scanned} | {(s_, p_) for s_, p_, *_ in skipped}
+        covered = set(plan.scanned) | {(s_, p_) for s_, p_, *_ in plan.skipped}
         if wanted is not None:
             covered |= {(source, path) for source in cfg.sources for path in wanted}
-    writer.record_skipped(skipped, covered=covered)
+    writer.record_skipped(plan.skipped, covered=covered)
 
+
+def _report(writer: IndexWriter, summary: IndexSummary, problems: list[dict[str, str]], plan: _Plan,
+            t0: float) -> IndexSummary:
+    """The index totals, problems, error and revision after the sync."""
     counts = writer.counts()
     summary.files = counts["files"]
     summary.chunks = counts["chunks"]
     summary.problems = problems[:MAX_RECORDED_PROBLEMS]
-    entry_paths = {path for _, path in scanned}
+    entry_paths = {path for _, path in plan.scanned}
     summary.skipped = len({p["path"] for p in problems if p["path"] not in entry_paths})
     if summary.failed:
         summary.error = f"{summary.failed} file(s) could not be indexed; see problems"

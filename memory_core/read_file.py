@@ -1,4 +1,4 @@
-"""``get``: read a line range of an indexed memory file (spec §9.2, upstream ``read-file.ts``).
+"""``get``: read a line range of an indexed memory file (upstream `host/read-file.ts`).
 
 Allowed paths: workspace ``MEMORY.md``/``memory.md``/``USER.md``/``memory/**`` (``is_memory_path``),
 ``.md`` files under configured extra directories and explicitly configured extra files, and
@@ -6,7 +6,8 @@ Allowed paths: workspace ``MEMORY.md``/``memory.md``/``USER.md``/``memory/**`` (
 symlink anywhere on the way raises :class:`ReferenceNotFound` (code ``not_found``). An allowed
 path whose file is missing returns ``status="not_found"`` with empty text (the upstream shape).
 
-A transcript is never returned raw: it is flattened exactly as for indexing (§1.5, same filters),
+A transcript is never returned raw: it is flattened exactly as for indexing (`host/session-files.ts`, same
+filters),
 and ``from``/``lines``/``nextFrom`` count JSONL lines, the numbering session hits cite
 (``sessions/x.jsonl#L3-L8``). A JSONL line the flattener drops contributes no text.
 

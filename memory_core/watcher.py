@@ -1,4 +1,5 @@
-"""File watcher for the memory sources and the transcripts folder (spec §1.3), built on watchfiles.
+"""File watcher for the memory sources and the transcripts folder (upstream `memory/manager-sync-ops.ts`),
+built on watchfiles.
 
 Two kinds of watch run in daemon threads: a recursive one over ``memory/``, extra-path folders and
 the transcripts folder, and a flat one over the folders that hold the single files (``MEMORY.md``,

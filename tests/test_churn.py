@@ -126,6 +126,46 @@ async def search(client: GatewayClient, query: str) -> dict:
     return await client.call("memory.search", {"query": query, "maxResults": 5, "minScore": 0})
 
 
+def churn_writer(ws: Workspace, stop: threading.Event) -> None:
+    """Rewrite, create or delete a memory file every WRITE_EVERY_S until ``stop``."""
+    rng = random.Random(11)
+    while not stop.is_set():
+        now = time.monotonic()
+        op = rng.random()
+        if op < 0.6:
+            ws.rewrite(rng, now)
+        elif op < 0.8:
+            ws.create(now)
+        else:
+            ws.delete(rng, now)
+        time.sleep(WRITE_EVERY_S)
+
+
+async def verify(url: str, ws: Workspace) -> tuple[list[str], list[str]]:
+    """Words of current files not found, and gone words still found (one pass, 8 connections)."""
+    with ws.lock:
+        want = [(w, ws.path(i).name) for i, (w, _) in ws.current.items()]
+        unwanted = [(w, ws.path(i).name) for w, (i, _) in ws.gone.items()]
+    missing: list[str] = []
+    lingering: list[str] = []
+    queue = asyncio.Queue()
+    for item in [(w, n, True) for w, n in want] + [(w, n, False) for w, n in unwanted]:
+        queue.put_nowait(item)
+
+    async def worker() -> None:
+        async with await GatewayClient.open(url, token=TOKEN) as client:
+            while not queue.empty():
+                w, name, present = queue.get_nowait()
+                hit = any(p.endswith(name) for p in paths_of(await search(client, w)))
+                if present and not hit:
+                    missing.append(w)
+                elif not present and hit:
+                    lingering.append(w)
+
+    await asyncio.gather(*(worker() for _ in range(CLIENTS)))
+    return missing, lingering
+
+
 def test_serve_under_churn_loses_no_update_and_says_when_it_is_behind(tmp_path):
     ws = Workspace(tmp_path / "workspace")
     cfg = write_config(tmp_path, ws.root)
@@ -145,19 +185,6 @@ def test_serve_under_churn_loses_no_update_and_says_when_it_is_behind(tmp_path):
     cli_runs: list[tuple[str, int, str]] = []
     t0 = time.monotonic()
     stop = threading.Event()
-
-    def writer() -> None:
-        rng = random.Random(11)
-        while not stop.is_set():
-            now = time.monotonic()
-            op = rng.random()
-            if op < 0.6:
-                ws.rewrite(rng, now)
-            elif op < 0.8:
-                ws.create(now)
-            else:
-                ws.delete(rng, now)
-            time.sleep(WRITE_EVERY_S)
 
     def other_processes() -> None:
         # two rebuilds and two incremental runs from other processes, spread over the minute
@@ -187,32 +214,8 @@ def test_serve_under_churn_loses_no_update_and_says_when_it_is_behind(tmp_path):
                     silent_misses.append(f"{w} ({'present' if present else 'gone'} for "
                                          f"{started - changed_at:.1f}s): {paths_of(payload)}")
 
-    async def verify(url: str) -> tuple[list[str], list[str]]:
-        """Words of current files not found, and gone words still found (one pass, 8 connections)."""
-        with ws.lock:
-            want = [(w, ws.path(i).name) for i, (w, _) in ws.current.items()]
-            unwanted = [(w, ws.path(i).name) for w, (i, _) in ws.gone.items()]
-        missing: list[str] = []
-        lingering: list[str] = []
-        queue = asyncio.Queue()
-        for item in [(w, n, True) for w, n in want] + [(w, n, False) for w, n in unwanted]:
-            queue.put_nowait(item)
-
-        async def worker() -> None:
-            async with await GatewayClient.open(url, token=TOKEN) as client:
-                while not queue.empty():
-                    w, name, present = queue.get_nowait()
-                    hit = any(p.endswith(name) for p in paths_of(await search(client, w)))
-                    if present and not hit:
-                        missing.append(w)
-                    elif not present and hit:
-                        lingering.append(w)
-
-        await asyncio.gather(*(worker() for _ in range(CLIENTS)))
-        return missing, lingering
-
     with log.open("w") as err, serve_process(cfg, env=env, stderr=err) as url:
-        threads = [threading.Thread(target=writer), threading.Thread(target=other_processes)]
+        threads = [threading.Thread(target=churn_writer, args=(ws, stop)), threading.Thread(target=other_processes)]
         for t in threads:
             t.start()
 
@@ -234,7 +237,7 @@ def test_serve_under_churn_loses_no_update_and_says_when_it_is_behind(tmp_path):
         lingering: list[str] = []
         while True:
             started = time.monotonic()
-            missing, lingering = asyncio.run(verify(url))
+            missing, lingering = asyncio.run(verify(url, ws))
             if (not missing and not lingering) or started - stopped >= SETTLE_S:
                 break
             time.sleep(0.5)

@@ -11,6 +11,7 @@ import apsw
 import numpy as np
 import pytest
 
+from benchmarks.worker_tasks import retrieve
 from host_facades.retrieval.vector_cache import DerivedStateCache
 from host_facades.db.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.db.vectors import encode_vector
@@ -221,19 +222,19 @@ def test_derived_state_matches_brute_force_and_is_retained_per_generation(db):
 def test_search_started_before_publication_finishes_on_its_generation(db, pool, tmp_path):
     path, w = db
     retriever = PooledRetriever(path, pool)
-    first = retriever.retrieve(search_ops("alpha", 1))
+    first = retrieve(retriever, search_ops("alpha", 1))
     old_rev = first["revision"]
     hold = {"signal": str(tmp_path / "held"), "release": str(tmp_path / "go")}
     out: dict = {}
     ops = [hold_op(hold), *search_ops("alpha", 1)]
-    t = threading.Thread(target=lambda: out.setdefault("r", retriever.retrieve(ops)))
+    t = threading.Thread(target=lambda: out.setdefault("r", retrieve(retriever, ops)))
     t.start()
     deadline = time.monotonic() + 10
     while not os.path.exists(hold["signal"]) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert retriever.leases.count() == 1
     w.publish("memory/a.md", ["alpha new fact"], [11])  # publication while the search holds its snapshot
-    after = retriever.retrieve(search_ops("alpha", 1))
+    after = retrieve(retriever, search_ops("alpha", 1))
     open(hold["release"], "w").close()
     t.join(10)
     held = out["r"]
@@ -254,10 +255,10 @@ def test_search_started_before_publication_finishes_on_its_generation(db, pool, 
 def test_forgotten_chunks_never_appear_after_the_forget(db, pool):
     path, w = db
     retriever = PooledRetriever(path, pool)
-    before = retriever.retrieve(search_ops("gamma", 3))
+    before = retrieve(retriever, search_ops("gamma", 3))
     assert [h[0] for h in before["results"][0]] == ["sessions/s1.jsonl#0:gamma session line"]
     w.delete("sessions/s1.jsonl", "sessions")  # forget
-    res = retriever.retrieve(search_ops("gamma", 3) + [{"op": "metadata", "ids": ["sessions/s1.jsonl#0:gamma session line"]}])
+    res = retrieve(retriever, search_ops("gamma", 3) + [{"op": "metadata", "ids": ["sessions/s1.jsonl#0:gamma session line"]}])
     assert res["results"][0] == [] and res["results"][2] == {}
     assert all(not h[0].startswith("sessions/") for h in res["results"][1])
     assert not [k for k in res["metadata"] if k.startswith("sessions/")]
@@ -271,7 +272,7 @@ def test_killed_worker_mid_search_gives_typed_error_and_releases_the_lease(db, p
 
     def run():
         try:
-            retriever.retrieve([hold_op(hold), *search_ops("alpha", 1)])
+            retrieve(retriever, [hold_op(hold), *search_ops("alpha", 1)])
         except Exception as exc:  # noqa: BLE001
             err["e"] = exc
 
@@ -284,7 +285,7 @@ def test_killed_worker_mid_search_gives_typed_error_and_releases_the_lease(db, p
     t.join(10)
     assert isinstance(err["e"], WorkerUnavailable)
     assert retriever.leases.count() == 0
-    res = retriever.retrieve(search_ops("alpha", 1))
+    res = retrieve(retriever, search_ops("alpha", 1))
     assert [h[0] for h in res["results"][0]] == ["memory/a.md#0:alpha old fact"]
 
 
@@ -292,8 +293,8 @@ def test_pooled_equals_inline_including_vector_rows(db, pool):
     path, w = db
     ops = search_ops("alpha OR beta OR gamma", 2)
     ops[1]["rows"] = True
-    pooled = PooledRetriever(path, pool).retrieve(ops)
-    inline = PooledRetriever(path, InlinePool(task_modules=TASK_MODULES)).retrieve(ops)
+    pooled = retrieve(PooledRetriever(path, pool), ops)
+    inline = retrieve(PooledRetriever(path, InlinePool(task_modules=TASK_MODULES)), ops)
     assert pooled == inline
     assert [r["id"] for r in pooled["results"][1]][0] == "memory/a.md#1:beta note"
 
@@ -301,4 +302,4 @@ def test_pooled_equals_inline_including_vector_rows(db, pool):
 def test_missing_database_is_an_empty_state(tmp_path, pool):
     r = PooledRetriever(str(tmp_path / "none.sqlite"), pool)
     assert r.index_state() == {"exists": False, "db_id": None, "revision": 0, "chunks": 0, "vectors": 0}
-    assert r.retrieve(search_ops("x", 1))["results"] == [[], []]
+    assert retrieve(r, search_ops("x", 1))["results"] == [[], []]

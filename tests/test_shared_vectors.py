@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.bench_throughput import MODEL, build_db
+from benchmarks.worker_tasks import retrieve
 from host_facades.retrieval import vector_cache
 from host_facades.retrieval.vector_cache import DerivedStateCache
 from host_facades.db.sqlite_read import db_identity, open_readonly, read_snapshot
@@ -62,7 +63,7 @@ def test_two_workers_build_a_generation_once_and_map_the_same_files(fresh):
             with open(f"/proc/{pid}/maps") as fh:
                 maps = fh.read()
             assert stem + ".f32" in maps and stem + ".faiss" in maps
-        inline = PooledRetriever(fresh, InlinePool()).retrieve(vector_op(1), metadata=None)
+        inline = retrieve(PooledRetriever(fresh, InlinePool(task_modules=TASK_MODULES)), vector_op(1), metadata=None)
         assert pooled[0]["results"] == pooled[1]["results"] == inline["results"]
     finally:
         pool.close(drain=False)
@@ -147,8 +148,8 @@ def test_the_owner_removes_files_of_generations_no_search_holds(fresh):
 
     from memory_core.store import schema
 
-    retriever = PooledRetriever(fresh, InlinePool())
-    first = retriever.retrieve(vector_op(1), metadata=None)
+    retriever = PooledRetriever(fresh, InlinePool(task_modules=TASK_MODULES))
+    first = retrieve(retriever, vector_op(1), metadata=None)
     old = vector_cache.shared_stem((db_identity(fresh), first["revision"], MODEL))
     assert old + ".npz" in files(fresh)
     conn = apsw.Connection(fresh)  # a publication: one more chunk, a new revision
@@ -158,7 +159,7 @@ def test_the_owner_removes_files_of_generations_no_search_holds(fresh):
                      " embedding, updated_at) VALUES ('new', 'memory/new.md', 'memory', 1, 1, 'h', ?, 'fresh', ?, 0)",
                      (MODEL, encode_vector(np.ones(DIMS, dtype=np.float32) / np.sqrt(DIMS))))
     conn.close()
-    second = retriever.retrieve(vector_op(1), metadata=None)
+    second = retrieve(retriever, vector_op(1), metadata=None)
     assert second["revision"] > first["revision"]
     new = vector_cache.shared_stem((db_identity(fresh), second["revision"], MODEL))
     left = files(fresh)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.worker_tasks import TASK_MODULES, retrieve
 from host_facades.retrieval import vector_cache, vector_search
 from host_facades.db.sqlite_read import db_identity, open_readonly, read_snapshot
 from host_facades.retrieval.vector_state import VectorState, build_index
@@ -49,7 +50,7 @@ def big_index(tmp_path_factory):
 def test_in_process_and_pooled_vector_search_return_identical_pairs(big_index):
     path, _mat, queries = big_index
     vector_search.clear_cache()
-    pool = WorkerPool("retrieval", 1, idle_timeout_s=None)
+    pool = WorkerPool("retrieval", 1, idle_timeout_s=None, task_modules=TASK_MODULES)
     try:
         retriever = PooledRetriever(path, pool)
         conn = open_readonly(path)
@@ -61,7 +62,7 @@ def test_in_process_and_pooled_vector_search_return_identical_pairs(big_index):
             op = {"op": "vector", "qvec": q.tobytes(), "model": "m", "limit": 24}
             if sources:
                 op["sources"] = sources
-            pooled = retriever.retrieve([op], metadata=None)["results"][0]
+            pooled = retrieve(retriever, [op], metadata=None)["results"][0]
             assert [tuple(p) for p in pooled] == local  # same ids, bit-identical scores
             assert local_np == local
         conn.close()

@@ -13,10 +13,10 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.worker_tasks import ping  # noqa: F401 - registers "ping" (the pool round trip)
-from host_facades.retrieval import vector_cache
+from benchmarks.worker_tasks import OPS, ping  # noqa: F401 - registers "ping" and "retrieve" (its ops: OPS)
 from host_facades.db.chunk_rows import read_chunks
-from workers.tasks import OPS, TaskError, WorkerContext, task
+from host_facades.retrieval import vector_cache
+from workers.tasks import TaskError, WorkerContext, task
 
 TASK_MODULES = ("tests.worker_tasks",)
 

@@ -2,11 +2,11 @@
 
 :class:`PooledRetriever` is what the search engine calls instead of opening its own reader:
 ``run_search(req)`` runs a whole search as ONE ``search`` task (``host_facades.search.run``: a
-``SearchRequest`` in, a ``SearchReply`` out) and ``retrieve(ops, metadata="hits")`` runs retrieval
-ops plus the metadata read as ONE ``retrieve`` task. Each task is one read transaction, i.e. one
-generation (memory_core/generations.py); the adapter holds a lease for the duration and keeps
-workers' derived state down to the current generation plus the leased ones. With ``InlinePool``
-(``pool.workers = 0``) the very same task function runs in-process, so results are identical.
+``SearchRequest`` in, a ``SearchReply`` out); ``run_leased(task, payload)`` runs another
+snapshot task the same way (the benchmarks' and tests' ``retrieve``, benchmarks/worker_tasks.py).
+Each task is one read transaction, i.e. one generation (memory_core/generations.py); the adapter
+holds a lease for the duration and keeps workers' derived state down to the current generation
+plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same task function runs in-process, so results are identical.
 """
 
 from __future__ import annotations
@@ -36,12 +36,14 @@ class PooledRetriever:
         self.current: dict[str, int] = {}  # newest revision seen per database identity
         self.current_db_id: str | None = None
 
-    def retrieve(self, ops: list[dict], *, metadata: Any = "hits", timeout_s: float | None = None) -> dict:
-        """Run ``ops`` (see ``workers.tasks.retrieve``) on one generation; returns its result dict."""
+    def run_leased(self, task: str, payload: dict | None = None, *, timeout_s: float | None = None) -> dict:
+        """Run ``task`` (a task of the pool that reads one snapshot and answers a dict with its
+        ``db_id`` and ``revision``, ``db_id`` None for an absent file) on one leased generation:
+        ``payload`` plus ``db_path`` and ``keep`` (the revisions still leased). Returns its result."""
         lease, keep = self.leases.acquire_unbound(self.current_db_id)
         try:
-            payload = {"db_path": self.db_path, "ops": ops, "metadata": metadata, "keep": keep}
-            result = self.pool.run("retrieve", payload, timeout_s=timeout_s or self.timeout_s)
+            payload = {**(payload or {}), "db_path": self.db_path, "keep": keep}
+            result = self.pool.run(task, payload, timeout_s=timeout_s or self.timeout_s)
             if result.get("db_id") is not None:
                 self._read(lease, result["db_id"], int(result["revision"]))
             return result

@@ -15,9 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import numpy as np
 
-from host_facades.db.chunk_rows import read_chunks
 from host_facades.search.edge import SearchReply, SearchRequest, request_from_wire
 from host_facades.retrieval.vector_cache import DerivedStateCache
 from host_facades.db.sqlite_read import (
@@ -28,7 +26,6 @@ from host_facades.db.sqlite_read import (
     unreadable,
 )
 from host_facades.retrieval.vector_state import model_key
-from host_facades.db.vectors import decode_vector
 
 MAX_CACHED_READERS = 8
 T = TypeVar("T")
@@ -170,72 +167,13 @@ def index_state(payload: dict, ctx: WorkerContext) -> dict:
 
 
 
-def _op_vector(conn, op: dict, ctx: WorkerContext, env: dict) -> list[tuple[str, float]]:
-    """Cosine top-k over the generation's vectors of one model (faiss/numpy on derived state)."""
-    qvec = op["qvec"]
-    q = decode_vector(qvec) if isinstance(qvec, (bytes, bytearray)) else np.asarray(qvec, dtype=np.float32)
-    backend = op.get("backend", "auto")
-    if backend not in ("auto", "faiss", "numpy", "sqlite-vec"):
-        raise TaskError("InvalidRequest", "invalid_request",
-                        f"unknown vector backend {backend!r}; use auto, faiss, numpy or sqlite-vec")
-    from host_facades.retrieval import vector_search
-
-    sources = op.get("sources")
-    # the one dispatcher in-process searches use, on this worker's cached state: identical results
-    return vector_search.knn_search(
-        conn, q, limit=int(op["limit"]), model=op.get("model"), sources=list(sources) if sources else None,
-        backend=backend, vector_state=lambda c, model: ctx.cache.get_or_build(c, (env["db_id"], env["revision"],
-                                                                                 model_key(model))),
-        pairs=not op.get("rows"))
-
-
-OPS: dict[str, Callable[[Any, dict, WorkerContext, dict], Any]] = {
-    "vector": _op_vector,
-}
-
-
-def _hit_ids(result: Any) -> list[str]:
-    ids: list[str] = []
-    if isinstance(result, dict):
-        result = result.get("hits") or result.get("rows") or ()
-    for hit in result or ():
-        if isinstance(hit, dict):
-            if "id" in hit:
-                ids.append(hit["id"])
-        elif isinstance(hit, (tuple, list)) and hit:
-            ids.append(hit[0])
-        elif hasattr(hit, "id"):
-            ids.append(hit.id)
-    return ids
-
-
-@task("retrieve")
-def retrieve(payload: dict, ctx: WorkerContext) -> dict:
-    """Run several retrieval ops and the metadata read in ONE read transaction (one generation).
-
-    payload: ``db_path``; ``ops`` (list of ``{"op": "vector", ...}``);
-    ``metadata``: ``"hits"`` (read metadata of every hit id), a list of ids, or absent;
-    ``keep``: revisions the owner still leases (derived state of other old revisions is dropped).
-    Returns ``{"revision", "db_id", "results": [...per op...], "metadata": {id: row}}``.
-    """
-    ops = payload.get("ops", [])
-
-    def reads(conn, db_id: str, revision: int) -> dict:
-        results, metadata = _run_ops(conn, ctx, payload, ops, db_id, revision)
-        return {"revision": revision, "db_id": db_id, "results": results, "metadata": metadata}
-
-    done = _on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads)
-    if done is None:
-        return {"revision": 0, "db_id": None, "missing": True, "results": [[] for _ in ops], "metadata": {}}
-    return done
-
-
 @task("search")
 def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchReply | None]:
     """A WHOLE search (retrieval + metadata + ranking + selection) on one snapshot:
     ``host_facades.search.run.run_search``, the same function in-process searches call.
 
-    payload: ``db_path``, ``keep`` (as for ``retrieve``) and ``req``, a
+    payload: ``db_path``, ``keep`` (revisions the owner still leases: derived state of other old
+    revisions is dropped) and ``req``, a
     :class:`~host_facades.search.edge.SearchRequest`. Returns ``(db_id, revision, reply)``;
     ``(None, 0, None)`` when the database file does not exist. A request in its wire form
     (:meth:`~host_facades.search.edge.SearchRequest.wire`, what the pooled owner sends) is answered
@@ -258,11 +196,11 @@ def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchRe
         reply = run_search(conn, req, revision=revision, vector_state=vector_state, db_id=db_id)
         return db_id, revision, reply.wire() if wire else reply
 
-    done = _on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads)
+    done = on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads)
     return (None, 0, None) if done is None else done
 
 
-def _on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[Any, str, int], T]) -> T | None:
+def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[Any, str, int], T]) -> T | None:
     """``reads(conn, db_id, revision)`` inside ONE read transaction of ``db_path`` (one
     generation), after telling the derived-state cache which revisions to keep; None when the file
     does not exist. An atomic swap of the file while it was opened is retried on the new file."""
@@ -290,25 +228,6 @@ def _on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[A
             _unreadable_as_task_error(db_path, exc)
             raise
     raise TaskError("WorkerUnavailable", "unavailable", f"database file {db_path} kept changing identity while opening; retry the search")
-
-
-def _run_ops(conn, ctx: WorkerContext, payload: dict, ops: list, db_id: str, revision: int):
-    """All reads of one retrieval task, inside the caller's read transaction."""
-    env = {"db_id": db_id, "revision": revision, "db_path": payload["db_path"]}
-    results = []
-    for op in ops:
-        fn = OPS.get(op.get("op", ""))
-        if fn is None:
-            raise TaskError("InvalidRequest", "invalid_request", f"unknown retrieval op {op.get('op')!r}; known: {sorted(OPS)}")
-        results.append(fn(conn, op, ctx, env))
-    meta_spec = payload.get("metadata")
-    metadata: dict[str, dict] = {}
-    if meta_spec == "hits":
-        ids = [i for r in results for i in _hit_ids(r)]
-        metadata = read_chunks(conn, ids)
-    elif meta_spec:
-        metadata = read_chunks(conn, list(meta_spec))
-    return results, metadata
 
 
 # --- indexing (chunk preparation from an immutable content snapshot) ---------------------------

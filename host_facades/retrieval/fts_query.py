@@ -1,7 +1,8 @@
-"""The keyword query planner (spec §4.1) and its explain twin. Pure: no connection, runs in workers.
+"""The keyword query planner (upstream `memory/hybrid.ts`, `memory/keyword-query.ts`) and its explain twin.
+Pure: no connection, runs in workers.
 
 Turns raw query text into FTS5 MATCH strings, LIKE substring terms and the body SQL; scores a
-keyword hit (§4.4). :func:`explain_fts` shows what a search would run.
+keyword hit (upstream `memory/manager-search.ts`). :func:`explain_fts` shows what a search would run.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def unique_terms(items: Iterable[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Query planning (§4.1)
+# Query planning (upstream `memory/keyword-query.ts`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -213,7 +214,8 @@ def escape_like(term: str) -> str:
 
 
 def bm25_rank_to_score(rank: float) -> float:
-    """Map an FTS5 bm25() rank to (0, 1], preserving order (§4.3)."""
+    """Map an FTS5 bm25() rank to (0, 1], preserving order (upstream `memory/hybrid.ts`,
+    ``bm25RankToScore``)."""
     try:
         r = float(rank)
     except (TypeError, ValueError):
@@ -255,7 +257,8 @@ def lower_tokens(text: str) -> list[str]:
 
 def score_fallback_keyword_result(*, query: str, path: str, text: str, fts_score: float,
                                   query_tokens: Sequence[str] | None = None) -> float:
-    """The boosted lexical score of §4.4 (``scoreFallbackKeywordResult``), capped at 1."""
+    """The boosted lexical score of upstream `memory/manager-search.ts` (``scoreFallbackKeywordResult``),
+    capped at 1."""
     q_tokens = list(query_tokens) if query_tokens is not None else unique_terms(lower_tokens(query))
     if not q_tokens:
         return fts_score

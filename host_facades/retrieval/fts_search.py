@@ -1,10 +1,12 @@
-"""Keyword retrieval over the FTS5 tables (spec §4.2-§4.6). Runs in workers too.
+"""Keyword retrieval over the FTS5 tables (upstream `memory/manager-search.ts`,
+`memory/manager-keyword-retrieval.ts`). Runs in workers too.
 
 Every function takes a (read-only) apsw connection and returns plain data. Nothing here raises on
 odd query text: an FTS error becomes a LIKE fallback, and the error text is reported in the result.
 
 Hit dicts carry: ``id, path, source, start_line, end_line, snippet, text_score`` (BM25 mapped, 0 for
-LIKE-only and path-only hits), ``score`` (the boosted ranking score of §4.4, or the path score for
+LIKE-only and path-only hits), ``score`` (the boosted ranking score of `memory/manager-search.ts`, or the
+path score for
 path-only hits), ``path_score``, ``exact`` (exact-path specificity 0..3) and ``has_body_match``.
 """
 
@@ -32,7 +34,7 @@ PATH_FTS_TABLE = "memory_index_paths_fts"
 
 
 # ---------------------------------------------------------------------------------------------
-# Body search (§4.2, §4.4)
+# Body search (upstream `memory/manager-search.ts`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -129,7 +131,7 @@ def body_search(
 
 
 # ---------------------------------------------------------------------------------------------
-# Path search and exact-path tiers (§4.5)
+# Path search and exact-path tiers (upstream `memory/manager-search.ts`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -317,7 +319,8 @@ def path_search(
 
 
 def merge_keyword_hits(result_sets: Iterable[Iterable[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Merge keyword hit lists by chunk id: scores take the max, body snippet wins (§4.5)."""
+    """Merge keyword hit lists by chunk id: scores take the max, body snippet wins (upstream
+    `memory/manager-search.ts`)."""
     merged: dict[str, dict[str, Any]] = {}
     for hits in result_sets:
         for hit in hits:

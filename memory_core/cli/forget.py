@@ -1,7 +1,8 @@
 """``memory-core forget --session KEY`` and ``memory-core watch``.
 
 Forgetting removes a session transcript's chunks and derived rows and leaves a tombstone, so a
-later sync never publishes that transcript again (spec §1.4, §8.5). Memory files are refused:
+later sync never publishes that transcript again (upstream `memory/manager-sync-ops.ts`). Memory files are
+refused:
 their entries come from the file, so the way to forget them is to edit or delete the file. A key
 that matches nothing (not indexed, not tombstoned, no transcript on disk) is refused as a likely
 typo; ``--force`` records the tombstone anyway, to forget a session before it is indexed.

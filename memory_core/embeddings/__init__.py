@@ -1,4 +1,5 @@
-"""Embedding providers, the provider registry, batching with retries, and the cache protocol (spec §7)."""
+"""Embedding providers, the provider registry, batching with retries, and the cache protocol (upstream
+`memory/manager-embedding-ops.ts`)."""
 
 from memory_core.embeddings.base import (
     EmbeddingCacheStore,

@@ -1,4 +1,5 @@
-"""The embedding provider interface and the cache protocol (spec §7), which providers implement.
+"""The embedding provider interface and the cache protocol (upstream `memory/manager-embedding-ops.ts`),
+which providers implement.
 
 A provider has one method, ``embed_batch(texts) -> float32 array (n, dims)``, L2-normalised rows.
 Providers are created by name in :mod:`memory_core.embeddings.registry`.
@@ -31,7 +32,8 @@ class EmbeddingProvider(Protocol):
 
 
 class EmbeddingCacheStore(Protocol):
-    """The embedding cache keyed by (provider, model, provider_key, chunk hash) (spec §7.3)."""
+    """The embedding cache keyed by (provider, model, provider_key, chunk hash) (upstream
+    `memory/manager-embedding-ops.ts`)."""
 
     def get_many(
         self, provider: str, model: str, provider_key: str, hashes: Sequence[str]

@@ -1,4 +1,5 @@
-"""Embedding chunks through the cache, in bounded batches, with retries and batch splitting (spec §7.2-7.3).
+"""Embedding chunks through the cache, in bounded batches, with retries and batch splitting (upstream
+`memory/manager-embedding-ops.ts`).
 
 Cache hits are reused; misses are packed into batches of at most ``MAX_BATCH_TOKENS`` estimated
 tokens (characters / 4) and ``MAX_BATCH_INPUTS`` inputs. A failing batch is retried up to
@@ -189,7 +190,7 @@ def embed_chunks(
 ) -> np.ndarray:
     """Vectors (n, dims) for chunk ``texts`` whose content hashes are ``hashes``, through ``cache``.
 
-    Identical hashes are embedded once (so identical text shares one vector, §7.3).
+    Identical hashes are embedded once (so identical text shares one vector, as in upstream's cache).
     """
     if len(texts) != len(hashes):
         raise ValueError(f"embed_chunks: {len(texts)} texts but {len(hashes)} hashes")

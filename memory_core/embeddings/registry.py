@@ -1,8 +1,9 @@
-"""The embedding provider registry: providers are created by name from the configuration (spec §7).
+"""The embedding provider registry: providers are created by name from the configuration (upstream
+`src/agents/memory-search.ts`).
 
 ``"none"`` means keyword-only (no provider). An explicitly configured provider that cannot be used
 raises ProviderUnavailable: memory-core never downgrades a semantic index to keyword-only behind
-the user's back (§7.4).
+the user's back (docs/decisions.md D4).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def _load_builtins() -> None:
 
 
 def _auto_factory(config: MemoryCoreConfig) -> EmbeddingProvider | None:
-    # "auto" is the optional mode of spec §7.1: the local model if it can run, else keyword-only.
+    # "auto" is the optional mode of upstream `src/agents/memory-search.ts`: the local model if it can run,
+    # else keyword-only.
     try:
         return _REGISTRY["local"](config)
     except ProviderUnavailable:

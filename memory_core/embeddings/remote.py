@@ -1,5 +1,5 @@
 """OpenClaw's named remote embedding providers over httpx: ``openai``, ``gemini``, ``voyage``,
-``mistral``, ``ollama`` and ``lmstudio`` (spec §7; upstream ``extensions/<provider>/embedding-provider.ts``
+``mistral``, ``ollama`` and ``lmstudio`` (upstream ``extensions/<provider>/embedding-provider.ts``
 and ``packages/memory-host-sdk/src/host/embeddings-remote-*.ts``).
 
 Each provider is one :class:`ProviderSpec` (default model, base URL, API-key environment variable,

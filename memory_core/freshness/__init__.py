@@ -1,5 +1,5 @@
 """Keep the index fresh while serving: dirty state, debounce, interval, bounded reconcile, one
-sync at a time (spec §1.3-1.4, §6.1 steps 3 and 5; provider-runtime §3.3).
+sync at a time (upstream `memory/manager-sync-ops.ts`, `memory/manager.ts`; `src/plugins/memory-runtime.ts`).
 
 Three parts: this module's :class:`Freshness` is the scheduling (what is behind, when to sync or
 reconcile); :mod:`memory_core.freshness.sessions` decides when an appended transcript is worth a
@@ -34,7 +34,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 from memory_core.errors import IndexUnreadable, reason_of
@@ -44,11 +43,10 @@ from memory_core.freshness.reconcile import changed_sources, stat
 from memory_core.freshness.runner import Runner
 from memory_core.freshness.search_side import SearchSide
 from memory_core.freshness.sessions import SessionDeltas, TranscriptTracking, is_session_path
+from memory_core.freshness.settings import FreshnessSettings
 from memory_core.watcher import KIND_MEMORY, KIND_ROOT, KIND_SESSION, KIND_TREE, WatchEvent, WatchTargets, is_session_archive
 
 log = logging.getLogger(__name__)
-
-FULL_RECONCILE_INTERVAL_S = 15 * 60   # SESSION_PRUNE_RECONCILE_INTERVAL_MS
 
 __all__ = ["Freshness", "FreshnessSettings", "watch_fallback"]
 
@@ -70,38 +68,6 @@ def watch_fallback(core: Any) -> str | None:
     if watcher is None or watcher.state != "reconcile":
         return None
     return watcher.status().get("fallback") or "the file watch was refused"
-
-
-@dataclass(frozen=True)
-class FreshnessSettings:
-    """The ``sync.*`` keys (spec §10) plus memory-core's own timing knobs."""
-
-    watch: bool = True
-    watch_debounce_ms: int = 1500
-    interval_minutes: float = 0.0
-    on_search: bool = True
-    delta_bytes: int = 100_000
-    delta_messages: int = 50
-    full_reconcile_s: float = FULL_RECONCILE_INTERVAL_S
-    reconcile_min_interval_s: float = 1.0     # throttle of the pre-search reconcile while the watcher is healthy
-    reconcile_interval_s: float = 2.0         # without a watcher: a search reconciles at most this often
-    health_check_s: float = 30.0              # background watcher check + cheap reconcile
-    retry_backoff_s: tuple[float, float] = (2.0, 300.0)
-
-    @classmethod
-    def from_config(cls, config: Any, **overrides: Any) -> FreshnessSettings:
-        sync = config.sync
-        values: dict[str, Any] = {
-            "watch": bool(sync.watch),
-            "watch_debounce_ms": int(sync.watch_debounce_ms),
-            "interval_minutes": float(sync.interval_minutes or 0),
-            "on_search": bool(sync.on_search),
-            "delta_bytes": int(sync.sessions.delta_bytes),
-            "delta_messages": int(sync.sessions.delta_messages),
-            "reconcile_interval_s": float(sync.reconcile_interval_ms) / 1000.0,
-        }
-        values.update(overrides)
-        return cls(**values)
 
 
 class Freshness(TranscriptTracking, SearchSide):
@@ -189,7 +155,8 @@ class Freshness(TranscriptTracking, SearchSide):
             )
             self.watcher.start()
         if catch_up:
-            # Startup catch-up: compare on-disk size/mtime with the indexed rows (spec §1.3).
+            # Startup catch-up: compare on-disk size/mtime with the indexed rows (upstream
+            # `memory/manager-sync-ops.ts`).
             if self.reconcile(sessions_by_delta=False, reason="startup"):
                 self._schedule(now=True)
         self._wake()

@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from memory_core.freshness import FreshnessSettings
+from memory_core.freshness.settings import FreshnessSettings
 from memory_core.watcher import WatchTargets
 
 

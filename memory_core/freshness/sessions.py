@@ -1,4 +1,5 @@
-"""Session deltas: when an appended-to transcript is worth a sync (spec §1.3, ``sync.sessions.*``).
+"""Session deltas: when an appended-to transcript is worth a sync (upstream `memory/manager-sync-ops.ts`,
+``sync.sessions.*``).
 
 A transcript is only re-indexed once enough was appended since the last sync (``deltaBytes`` or
 ``deltaMessages``); a rewrite, truncation, deletion or archive makes it dirty at once. This part

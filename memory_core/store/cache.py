@@ -1,4 +1,5 @@
-"""The embedding cache of an index: vectors keyed by (provider, model, provider key, chunk hash) (spec §7.3).
+"""The embedding cache of an index: vectors keyed by (provider, model, provider key, chunk hash) (upstream
+`memory/manager-embedding-ops.ts`).
 
 :class:`EmbeddingCache` is the ``EmbeddingCacheStore`` the indexer embeds through. It lives in the
 index database (table ``memory_embedding_cache``) and writes through its :class:`IndexWriter`'s

@@ -1,4 +1,4 @@
-"""Atomic full reindex by file swap (spec §8.6, G1-style, decision D1).
+"""Atomic full reindex by file swap (upstream `memory/manager-atomic-reindex.ts`, docs/decisions.md D1).
 
 The new index is built into ``<db>.tmp-<uuid>`` (seeded with the live embedding cache), checkpointed
 and closed, then renamed over the live file. Readers that hold the old file keep reading it (POSIX

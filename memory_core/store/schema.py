@@ -1,4 +1,5 @@
-"""The per-agent SQLite schema (spec §3.1, G2 table names in one file per agent, D1).
+"""The per-agent SQLite schema (upstream `host/memory-schema.ts`: current table names, in one file per agent,
+docs/decisions.md D1).
 
 Migrations are numbered and tracked in ``PRAGMA user_version``. The FTS tables depend on the
 configured tokenizer and the ``vec0`` table on the embedding dimensions, so they are created by
@@ -218,7 +219,7 @@ def fts_tokenizer_in_db(conn: apsw.Connection) -> str | None:
 def ensure_fts(conn: apsw.Connection, tokenizer: str = "unicode61") -> tuple[bool, str | None]:
     """Create (or, on a tokenizer change, recreate and refill) the FTS tables.
 
-    Returns ``(available, error)``; an FTS failure is not fatal (spec §3.1).
+    Returns ``(available, error)``; an FTS failure is not fatal (upstream `host/memory-schema.ts`).
     """
     if tokenizer not in FTS_TOKENIZERS:
         return False, f"unknown FTS tokenizer {tokenizer!r}; use 'unicode61' or 'trigram'"
