@@ -114,12 +114,17 @@ def test_a_burst_of_1000_edits_in_2s_causes_a_few_syncs(served):
     n0 = s.fresh.sync_count
     f = s.ws / "memory" / "burst.md"
     t0 = time.monotonic()
+    written = []
     for i in range(1000):
         f.write_text(f"burst edit number{i}\n")
+        written.append(time.monotonic())
         time.sleep(max(0.0, t0 + (i + 1) * 0.002 - time.monotonic()))
     assert wait_for(lambda: s.engine.search("number999", min_score=0.0) != [], 30)
     assert s.fresh.wait_idle(30)
-    assert 1 <= s.fresh.sync_count - n0 <= 3, list(s.fresh.sync_log)
+    # a busy machine can stall the writing loop past the debounce: each such pause may end in a sync
+    # (the debounce did its job there), so the bound counts them; on a quiet machine there are none
+    pauses = sum(1 for a, b in zip(written, written[1:]) if b - a >= 0.2)
+    assert 1 <= s.fresh.sync_count - n0 <= 3 + pauses, (pauses, list(s.fresh.sync_log))
 
 
 def _msg(role: str, text: str) -> str:

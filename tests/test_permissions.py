@@ -96,7 +96,7 @@ def test_status_warns_about_loose_files_and_index_fixes_them(tmp_path):
     assert mode(state) == "0700" and mode(state / "main.sqlite") == "0600"
     assert mode(state / "main.sqlite-vectors" / "a.f32") == "0600"
     out = cli(tmp_path, "status", "--json")
-    assert json.loads(out.stdout)["loosePermissions"] == [] and "warning" not in out.stderr
+    assert json.loads(out.stdout)[0]["loosePermissions"] == [] and "warning" not in out.stderr
 
 
 def test_a_shared_folder_is_never_tightened(tmp_path):

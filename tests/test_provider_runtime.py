@@ -504,7 +504,8 @@ def test_acceptance_25_health_hygiene_and_degradation(near_far: MemoryCoreConfig
         calls = engine_spy(runtime)
         EMBEDDER.during = lambda: caller.__setattr__("revoked", "caller authority lapsed")
         with pytest.raises(AuthorityNotCurrent, match="^caller authority lapsed$"):
-            await lapsing.search({"query": "alpha"})
+            # a query not embedded before: "alpha"'s vector is in the engine's query cache now
+            await lapsing.search({"query": "alpha gamma"})
         assert calls == []
         EMBEDDER.during = None
         # disabled agent

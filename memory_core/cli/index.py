@@ -117,6 +117,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if problem is not None:
             st["config_error"] = problem.message
             problems.append(problem)
+        _warn_loose(st)
         entries.append(_status_json(st))
         if not args.json:
             texts.append(_status_text(args, st))
@@ -129,12 +130,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return rc
 
 
-def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:
+def _warn_loose(st: dict[str, Any]) -> None:
+    """On stderr, with or without ``--json``: index paths other users can read."""
     loose = st.get("loose_permissions") or []
     if loose:
         shown = ", ".join(f"{escape_control(item['path'])} ({item['mode']})" for item in loose[:3])
         print(f"warning: other users can read the index: {shown}{' ...' if len(loose) > 3 else ''}; run "
               "`memory-core index` to make it private (files 0600, state dir 0700)", file=sys.stderr)
+
+
+def _status_text(args: argparse.Namespace, st: dict[str, Any]) -> str:
     vec = st["vector"]
     fts = st["fts"]
     lines = [
