@@ -169,8 +169,14 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie (exited, not yet reaped by its parent) is not running
+    # a zombie (exited, not yet reaped by its parent) is not running; but /proc/PID/stat is the main
+    # thread's, which shows Z as soon as that thread is gone while the process's other threads are
+    # still being torn down (after a SIGKILL, more so on a loaded machine): the process has not exited
+    # (its sockets are open, its parent has no exit to reap) until it has no thread left
+    try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+            if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False

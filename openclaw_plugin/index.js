@@ -284,6 +284,7 @@ export default {
       async getMemorySearchManager(params = {}) {
         const cfg = params.cfg ?? liveConfig();
         const agentId = agentOf(params, cfg);
+        await supervisor.settle();
         if (!supervisor.ready) return { manager: null, error: supervisor.describeProblem() };
         if (!supervisor.settings.agentIds.includes(agentId)) {
           return { manager: null, error: `memory-core does not serve agent "${agentId}"; restart the gateway after adding it to agents.list` };
@@ -338,6 +339,7 @@ export default {
         parameters: name === "memory_search" ? SEARCH_SCHEMA : GET_SCHEMA,
         async execute(_toolCallId, params) {
           const args = params && typeof params === "object" ? params : {};
+          await supervisor.settle();
           if (!supervisor.ready) return unavailableTool(name, args, supervisor.describeProblem());
           let out;
           try {

@@ -223,7 +223,12 @@ def test_a_real_openclaw_gateway_runs_its_memory_on_memory_core(host):
     [first] = host.child_pids()
     offset = len(host.log_text())
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(first), 30, f"memory-core pid {first} to exit")
+    # the plugin's own report that it saw the exit (Node reaped the child), not the kernel's view of
+    # the pid: a killed process's threads and sockets outlive its main thread's zombie state, and in
+    # that window the gateway still holds a live connection to it
+    host.wait_logged(rf"memory-core: memory-core \(pid {first}\) was killed by SIGKILL", after=offset,
+                     timeout=60)
+    assert not pid_alive(first)
     failed = call_python(host.url, "doctor.memory.status", {})
     assert failed.get("searchRuntimeRegistered") is True and failed["embedding"]["ok"] is False, failed
     assert failed["embedding"]["error"].startswith(f"memory-core unavailable: memory-core (pid {first}) was killed by "
@@ -391,6 +396,72 @@ def test_a_memory_core_too_old_for_the_plugin_is_named_with_the_upgrade(client, 
                             "supports (it does not serve doctor.memory.status, tools.invoke); upgrade memory-core "
                             "(pip install -U memory-core) and rerun `memory-core plugin install`")
     assert_unavailable_tools(out)
+
+
+KILLED_HARNESS = """
+import fs from "node:fs";
+import plugin from %s;
+const [pluginConfig, workspace] = %s;
+const reg = {tools: {}, services: [], capability: null, logs: []};
+const config = {agents: {defaults: {workspace}}};
+plugin.register({
+  pluginConfig, config, runtime: {}, logger: {info: (m) => reg.logs.push(m), warn: (m) => reg.logs.push(m)},
+  registerService: (s) => reg.services.push(s), registerMemoryCapability: (c) => { reg.capability = c; },
+  registerTool: (factory, opts) => { reg.tools[opts.names[0]] = factory({agentId: "main", config}); },
+});
+const acquire = () => reg.capability.runtime.getMemorySearchManager({cfg: config, agentId: "main", purpose: "status"});
+await reg.services[0].start({config});
+let deadline = Date.now() + 120000;
+let acquired;
+do {  // until memory-core is ready: polled, with a deadline
+  acquired = await acquire();
+  if (acquired.manager || !/is starting/.test(acquired.error)) break;
+  await new Promise((r) => setTimeout(r, 100));
+} while (Date.now() < deadline);
+const before = acquired.manager ? acquired.manager.status().custom.memoryCore : {error: acquired.error};
+const pid = before.pid;
+process.kill(pid, "SIGKILL");
+// hold the event loop until the kernel has ended the child entirely (a zombie with no thread left):
+// its closed connection and its SIGCHLD are then pending, and the plugin has seen neither
+const proc = (file) => { try { return fs.readFileSync(`/proc/${pid}/${file}`, "utf8"); } catch { return ""; } };
+const ended = () => proc("stat").slice(proc("stat").lastIndexOf(")") + 2)[0] === "Z" && fs.readdirSync(`/proc/${pid}/task`).length === 1;
+deadline = Date.now() + 60000;
+while (!ended() && Date.now() < deadline) { /* a condition, not a sleep: the loop must not turn */ }
+const endedUnseen = ended();
+const after = acquire();  // asked now, before the loop turns
+const search = reg.tools.memory_search.execute("t1", {query: "AeroPress"});
+const [afterDone, searchDone] = await Promise.all([after, search]);
+await reg.services[0].stop();
+console.log(JSON.stringify({before, endedUnseen, error: afterDone.error, manager: Boolean(afterDone.manager),
+                            search: searchDone.details, logs: reg.logs}));
+"""
+
+
+@pytest.mark.node
+def test_a_child_killed_before_node_has_reaped_it_is_reported_not_served(client, tmp_path):
+    """The window between the child's death and Node reporting its exit: the kernel has ended the
+    process (a zombie, its socket closed) but the event loop has not turned, so the plugin has seen
+    neither the closed connection nor the exit. The host asks then: the plugin must not hand out a
+    manager answering from the dead child's last health; it waits for the exit and names it."""
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text(MEMORY_MD, encoding="utf-8")
+    plugin_config = {"stateDir": str(tmp_path / "state"), "command": [sys.executable, "-m", "memory_core"],
+                     "env": {"PYTHONPATH": str(ROOT)}, "restartDelayMs": 600000}  # no restart within the test
+    script = KILLED_HARNESS % (json.dumps((PLUGIN / "index.js").as_uri()), json.dumps([plugin_config, str(ws)]))
+    (tmp_path / "killed.mjs").write_text(script, encoding="utf-8")
+    done = subprocess.run([client[0], str(tmp_path / "killed.mjs")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HOME": str(tmp_path)}, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    pid = out["before"].get("pid")
+    assert out["before"]["health"] == "ready" and out["endedUnseen"] is True, out
+    error = (f"memory-core unavailable: memory-core (pid {pid}) was killed by SIGKILL; it is being restarted; "
+             "if this repeats, see the gateway log")
+    assert (out["manager"], out.get("error")) == (False, error), out
+    assert (out["search"]["unavailable"], out["search"]["error"]) == (True, error)
+    assert "Traceback" not in json.dumps(out)
+    assert not pid_alive(pid)
 
 
 CONFIG_SCRIPT = """

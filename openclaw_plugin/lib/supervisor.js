@@ -15,6 +15,9 @@ const LISTENING = /memory-core gateway listening on (ws:\/\/\S+)/;
 // requests then answer that error; the other agents are served)
 const SETTLED = /memory-core: agent (\S+): (?:in sync|cannot open)/;
 const MAX_BACKOFF_MS = 30000;
+// how long an answer waits for Node to report the exit of a child the kernel has already ended, and how
+// long a lost connection waits for that report before it is taken for a live server to reconnect to
+const EXIT_REPORT_MS = 5000;
 // the methods this plugin calls: a memory-core without them is too old for it
 export const REQUIRED_METHODS = ["memory.search", "doctor.memory.status", "tools.invoke"];
 
@@ -37,15 +40,31 @@ export class MemoryCoreSupervisor {
     this.health = new Map(); // agentId -> memory-core's doctor.memory.status answer (the last one)
     this._timer = null;
     this._refresh = null;
+    this._lost = null; // the child whose connection closed while its exit is not reported yet
   }
 
   get ready() {
-    return this.state === "ready" && this.client && !this.client.closed;
+    return this.state === "ready" && Boolean(this.client) && !this.client.closed
+      && !(this.child && processEnded(this.child.pid));
+  }
+
+  /**
+   * Before answering from the state: when our child has ended (the kernel says so, or it dropped its
+   * connection) but Node has not reported its exit yet, wait for that report (at most EXIT_REPORT_MS),
+   * so the answer names how it ended instead of a dead child's last health.
+   */
+  async settle() {
+    const child = this.child;
+    if (!child || this.stopping || this.ready) return;
+    if (this._lost === child || processEnded(child.pid)) await exitOf(child, EXIT_REPORT_MS);
   }
 
   /** The one-line problem and its fix, for doctor.memory.status, the tools and plugins inspect. */
   describeProblem() {
     if (this.ready) return null;
+    if (this.child && processEnded(this.child.pid) && !this.problem) {
+      return `memory-core unavailable: memory-core (pid ${this.child.pid}) has exited; it is being restarted`;
+    }
     if (this.problem) return `memory-core unavailable: ${this.problem.error}; ${this.problem.fix}`;
     if (this.state === "starting") return "memory-core unavailable: memory-core is starting (indexing the workspace); retry shortly";
     return "memory-core unavailable: memory-core is not running (the gateway has not started it)";
@@ -179,6 +198,7 @@ export class MemoryCoreSupervisor {
       if (this.child !== child) return;
       this.child = null;
       this.pid = null;
+      this._lost = null;
       this.client?.close();
       this.client = null;
       if (this.stopping) {
@@ -226,23 +246,41 @@ export class MemoryCoreSupervisor {
       if (this.client !== client) return;
       this.client = null;
       if (this.stopping) return;
-      if (this.settings.url) this._fail(`lost the connection to memory-core at ${url}`, "reconnecting");
-      else if (this.child) this._connect(url, token, this.child); // the server lives: reconnect
+      if (this.settings.url) {
+        this._fail(`lost the connection to memory-core at ${url}`, "reconnecting");
+        return;
+      }
+      const child = this.child;
+      if (!child) return;
+      // a dying server drops its connections before Node reports its exit: until that report (or
+      // EXIT_REPORT_MS, when the server lives and is reconnected to), we are not ready, and say why
+      this._lost = child;
+      this.state = "starting";
+      this.problem = { error: `lost the connection to memory-core (pid ${child.pid})`,
+        fix: "reconnecting, or restarting it if it has exited" };
+      exitOf(child, EXIT_REPORT_MS).then((exited) => {
+        if (exited || this.child !== child || this.stopping || this.client) return;
+        this._lost = null;
+        this._connect(url, token, child);
+      });
     };
+    // this server's health first: status() answers from it (provider, files) the moment we are ready
+    await this.refreshHealth(client).catch(() => {});
+    if (this.client !== client || this.stopping) return; // closed meanwhile: onClose has taken over
     this.state = "ready";
     this.problem = null;
+    this._lost = null;
     this.restarts = 0;
     this.log.info(`memory-core: ready (${client.serverVersion}, ${url})`);
-    await this.refreshHealth().catch(() => {});
     this._notify();
   }
 
   /** Ask memory-core for every agent's health (doctor.memory.status), kept for status(). */
-  async refreshHealth() {
-    if (!this.ready) return;
+  async refreshHealth(client = this.ready ? this.client : null) {
+    if (!client) return;
     await Promise.all(this.settings.agentIds.map(async (agentId) => {
       try {
-        this.health.set(agentId, await this.client.call("doctor.memory.status", { agentId }, { timeoutMs: 15000 }));
+        this.health.set(agentId, await client.call("doctor.memory.status", { agentId }, { timeoutMs: 15000 }));
       } catch {
         // kept from the last answer; a dead child is reported by describeProblem()
       }
@@ -278,6 +316,56 @@ export class MemoryCoreSupervisor {
 
 export const INSTALL_FIX = "install memory-core (pip install memory-core), then run `memory-core plugin install` "
   + "(or set plugins.entries.memory-core-py.config.command to the memory-core command)";
+
+const PROC_STAT = (() => {
+  try {
+    return fs.statSync("/proc/self/stat").isFile();
+  } catch {
+    return false;
+  }
+})();
+
+/**
+ * Whether process `pid` is ending or has ended as the kernel sees it now: gone, or its main thread a
+ * zombie (after a SIGKILL the main thread goes first; the other threads, the open sockets and the
+ * SIGCHLD follow, later on a loaded machine). Node reports a child's exit only once it has reaped it,
+ * and the connection's close only when its last thread is gone: until then the event loop would serve
+ * requests from the dead child's last health.
+ */
+export function processEnded(pid) {
+  if (!pid) return false;
+  if (PROC_STAT) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+      return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) === "Z";
+    } catch {
+      return true;
+    }
+  }
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return err.code === "ESRCH";
+  }
+}
+
+/** Resolves true once `child` has exited (as Node reports it), false after `ms`. */
+function exitOf(child, ms) {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const onExit = () => {
+      clearTimeout(timer);
+      resolve(true);
+    };
+    const timer = setTimeout(() => {
+      child.off("exit", onExit);
+      resolve(false);
+    }, ms);
+    timer.unref?.();
+    child.once("exit", onExit);
+  });
+}
 
 function lines(stream, onLine) {
   let buffer = "";
