@@ -30,6 +30,7 @@ import re
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,7 @@ CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagina
 DISABLED = "Memory is disabled for this agent."
 # Agent tools a host may allow for deep recall (memory_core.capability registers them).
 RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
+AGENT_CONFIGS_KEPT = 2048    # agent config views kept (about 25 KB each); the others are merged again when asked
 RESULT_WINDOW = 200          # at most this many hits are ranked once per search and paged with cursors
 WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
 DEFAULT_CANDIDATES = 48
@@ -266,6 +268,8 @@ class MemoryCoreProviderRuntime:
         # could exhaust the open-files limit)
         self._cores = OpenAgents(fd_bounded_cap(int(getattr(getattr(config, "gateway", None), "max_open_agents", 256))))
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
+        self._agent_configs: OrderedDict[str, Any] = OrderedDict()  # agent_config's views, LRU
+        self._views_lock = threading.Lock()
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
         from memory_core.generations import CursorPins, GenerationLeases
@@ -277,12 +281,25 @@ class MemoryCoreProviderRuntime:
     # --- agents ---------------------------------------------------------------------------
 
     def agent_config(self, agent_id: str) -> Any | None:
+        """The agent's config view (``for_agent``, ~1 ms of validation), kept for the most recently
+        asked :data:`AGENT_CONFIGS_KEPT` agents (every v2 request asks); None for an unknown agent."""
         cfg = self.config
         if agent_id == cfg.agent_id:
             return cfg
-        if agent_id in cfg.agents:
-            return cfg.for_agent(agent_id)
-        return None
+        if agent_id not in cfg.agents:
+            return None
+        views = self._agent_configs
+        with self._views_lock:
+            view = views.get(agent_id)
+            if view is not None:
+                views.move_to_end(agent_id)
+                return view
+        view = cfg.for_agent(agent_id)
+        with self._views_lock:
+            views[agent_id] = view
+            while len(views) > AGENT_CONFIGS_KEPT:
+                views.popitem(last=False)
+        return view
 
     def core(self, agent_id: str) -> Any:
         with self._lock:
