@@ -13,6 +13,7 @@ variables, then explicit overrides. See :func:`load_config`.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import math
 import os
@@ -343,6 +344,20 @@ def _default_state_dir() -> str:
 # --------------------------------------------------------------------------- root
 
 
+def _new_dict() -> dict[Any, Any]:
+    return {}
+
+
+def _new_list() -> list[Any]:
+    return []
+
+
+# pydantic asks every new model whether its private attributes' factories take the validated data
+# (inspect.signature, per instance): for the builtins dict/list that parses their text signature, a
+# third of an agent's config view (for_agent) with thousands of agents. A stated signature answers at once.
+_new_dict.__signature__ = _new_list.__signature__ = inspect.Signature()  # type: ignore[attr-defined]
+
+
 class MemoryCoreConfig(_Model):
     """The resolved memory-search settings for one agent (plus memory-core's own sections)."""
 
@@ -381,12 +396,12 @@ class MemoryCoreConfig(_Model):
     # openclaw.json ``models.providers``: a provider's apiKey / baseUrl / headers, by provider id
     model_providers: dict[str, dict[str, Any]] = Field(default_factory=dict, repr=False)
 
-    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
-    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+    _raw: dict[str, Any] = PrivateAttr(default_factory=_new_dict)
+    _origins: dict[str, str] = PrivateAttr(default_factory=_new_dict)
     # settings that were accepted but have no effect, said once by the CLI (``warning: ...``)
-    _notices: list[str] = PrivateAttr(default_factory=list)
+    _notices: list[str] = PrivateAttr(default_factory=_new_list)
     # warnings about the config file itself (a secret others can read); every agent's view keeps them
-    _file_notices: list[str] = PrivateAttr(default_factory=list)
+    _file_notices: list[str] = PrivateAttr(default_factory=_new_list)
     # the config before any agent's overrides were merged (set on an agent's view): another agent's
     # view is merged from it, never from this agent's (its extraPaths, workspace...)
     _base: MemoryCoreConfig | None = PrivateAttr(default=None)
@@ -550,7 +565,8 @@ class MemoryCoreConfig(_Model):
         origins = ChainMap({p: where for p in _leaf_paths(override)}, self._origins)
         # the agents table is shared, not copied or validated again: with N agents, each for_agent
         # stays independent of N (load_config validates every agent: N calls, not N squared work)
-        cfg = _validate(merged, origins, prefix_note=f"agent {agent_id!r}", copy_origins=False)
+        # and ``merged`` is this view's own (built above, read-only after): kept as its raw, not copied
+        cfg = _validate(merged, origins, prefix_note=f"agent {agent_id!r}", copy_origins=False, copy_raw=False)
         cfg.agents = self.agents
         cfg._file_notices = list(self._file_notices)
         cfg._base = self
@@ -1025,7 +1041,8 @@ def _loc_path(loc: tuple[Any, ...]) -> str:
 
 
 def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str = "",
-              written: Mapping[str, str] | None = None, copy_origins: bool = True) -> MemoryCoreConfig:
+              written: Mapping[str, str] | None = None, copy_origins: bool = True,
+              copy_raw: bool = True) -> MemoryCoreConfig:
     try:
         cfg = MemoryCoreConfig.model_validate(data)
     except ValidationError as exc:
@@ -1050,7 +1067,7 @@ def _validate(data: dict[str, Any], origins: Mapping[str, str], prefix_note: str
             lines.append(f"{path}: {_describe(err)}{shown}; set in {_origin_for(path.split('[')[0], origins)}")
         where = f" for {prefix_note}" if prefix_note else ""
         raise ConfigError(f"invalid configuration{where}: " + "; ".join(lines)) from None
-    cfg._raw = copy.deepcopy(data)
+    cfg._raw = copy.deepcopy(data) if copy_raw else data
     cfg._origins = dict(origins) if copy_origins else origins  # type: ignore[assignment]
     return cfg
 
@@ -1127,7 +1144,7 @@ def load_config(
         # validate every agent's merged settings now, not at first use; agents whose overrides differ
         # only in their workspace path (any string is a valid one) are validated once per shape, so
         # a config of 10,000 agents loads in a second, not in a quarter of a minute
-        shape = _override_shape(override)
+        shape = override_shape(override)
         if shape is None or shape not in checked:
             cfg.for_agent(aid)
             if shape is not None:
@@ -1138,7 +1155,7 @@ def load_config(
     return cfg
 
 
-def _override_shape(override: Any) -> str | None:
+def override_shape(override: Any) -> str | None:
     """An agent override with its workspace path left out (a string workspace is valid whatever it
     says), or None when it cannot be compared that way."""
     if not isinstance(override, Mapping):

@@ -506,7 +506,6 @@ class IndexOwner:
     def check_readable(self) -> None:
         """Raise the typed error when the index cannot be searched at all: the file is no readable
         database, or there is none and none can be built (the state dir is not writable)."""
-        from host_facades.db.sqlite_read import open_readonly
         from memory_core.store.reader import file_ident
 
         ident = file_ident(self.db_path)
@@ -517,11 +516,12 @@ class IndexOwner:
             return
         if ident == self._readable_ident:
             return  # this file opened fine before (a damaged page found later still raises IndexCorrupt)
-        with index_errors(self.db_path):
-            try:
-                open_readonly(self.db_path, load_vec=False).close()
-            except FileNotFoundError:
-                return
+        try:
+            # through the owner's read-only connection (kept open, reused by the identity reads), not
+            # one more open of the file; it raises IndexCorrupt when the file is no readable database
+            self.meta_reader.run(lambda conn: None)
+        except FileNotFoundError:
+            return
         self._readable_ident = ident
 
 

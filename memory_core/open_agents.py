@@ -141,7 +141,9 @@ class OpenAgents:
         for agent_id, core in self._cores.items():
             if len(victims) >= over:
                 break
-            if now - self._used.get(agent_id, 0.0) < self.grace_s or _busy(core):
+            if now - self._used.get(agent_id, 0.0) < self.grace_s:
+                break  # least recently used first: every agent after this one was used within the grace too
+            if _busy(core):
                 continue
             victims.append(agent_id)
         for agent_id in victims:

@@ -106,6 +106,41 @@ def test_an_agent_edited_while_closed_syncs_before_its_first_answer(tmp_path, mo
         service.close()
 
 
+def test_opening_an_agent_over_its_index_opens_the_file_once(tmp_path, monkeypatch):
+    """An agent opened over an existing index (a server restart) reads its workspace, identity and
+    catch-up facts through one read-only connection (the owner's), which its searches reuse; the
+    in-process search engine (``pool.workers`` 0 here) holds the only other one."""
+    from host_facades.db import sqlite_read
+    from memory_core.store import reader
+
+    cfg = make_agents(tmp_path, 2)
+    service = MemoryService(cfg)
+    try:
+        assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
+    finally:
+        service.close()
+    opened: list[str] = []
+
+    def counting(real):
+        def open_readonly(db_path, **kw):
+            opened.append(db_path)
+            return real(db_path, **kw)
+        return open_readonly
+
+    monkeypatch.setattr(sqlite_read, "open_readonly", counting(sqlite_read.open_readonly))
+    monkeypatch.setattr(reader, "open_readonly", counting(reader.open_readonly))
+    (tmp_path / "a1" / "memory" / "later.md").write_text("written while the server was down: zebracorn\n")
+    service = MemoryService(cfg)
+    try:
+        core = service.core("a1")
+        for _ in range(3):
+            hits = core.search("zebracorn")
+            assert ([h.path for h in hits], hits.staleness) == (["memory/later.md"], None)
+        assert opened.count(core.db_path) == 2
+    finally:
+        service.close()
+
+
 def test_a_config_of_thousands_of_agents_loads_and_still_refuses_a_bad_one(tmp_path):
     import json
 

@@ -273,6 +273,8 @@ class Freshness(TranscriptTracking, SearchSide):
             log.warning("memory reconcile failed: %s", exc)
             self._mark(None, "reconcile-failed")
             return ["*"]
+        if indexed or skipped:
+            self._bootstrapped = True  # the index was built: the first search need not read it again to know
         with self._cond:
             self._forgotten |= forgotten
             verified = dict(self._verified)

@@ -33,7 +33,7 @@ def freshness_for_core(cls: Any, core: Any, settings: Any = None) -> Any:
     def indexed_fn() -> dict[str, tuple[float | None, int | None]]:
         out: dict[str, tuple[float | None, int | None]] = {}
         with index_errors(core.db_path):
-            rows = _read_index_rows(core.db_path, "sources")
+            rows = _read_index_rows(core, "sources")
         for source, rel, mtime, size in rows:
             out[_abs_for(rel, source, workspace, sessions_dir)] = (mtime, size)
         return out
@@ -41,19 +41,19 @@ def freshness_for_core(cls: Any, core: Any, settings: Any = None) -> Any:
     def index_state_fn() -> tuple[dict, list[str], dict]:
         """(indexed, forgotten, skipped) through one read-only connection (a reconcile's three reads)."""
         with index_errors(core.db_path):
-            sources, forgotten, skipped = _read_index_rows(core.db_path, "all")
+            sources, forgotten, skipped = _read_index_rows(core, "all")
         return ({_abs_for(rel, src, workspace, sessions_dir): (mtime, size) for src, rel, mtime, size in sources},
                 [_abs_for(rel, src, workspace, sessions_dir) for src, rel in forgotten],
                 {_abs_for(rel, src, workspace, sessions_dir): (mtime, size) for src, rel, mtime, size in skipped})
 
     def forgotten_fn() -> list[str]:
         with index_errors(core.db_path):
-            rows = _read_index_rows(core.db_path, "forgotten")
+            rows = _read_index_rows(core, "forgotten")
         return [_abs_for(rel, source, workspace, sessions_dir) for source, rel in rows]
 
     def skipped_fn() -> dict[str, tuple[float | None, int | None]]:
         with index_errors(core.db_path):
-            rows = _read_index_rows(core.db_path, "skipped")
+            rows = _read_index_rows(core, "skipped")
         return {_abs_for(rel, source, workspace, sessions_dir): (mtime, size)
                 for source, rel, mtime, size in rows}
 
@@ -103,20 +103,20 @@ def _rel_for(path: str, workspace: str, sessions_dir: str | None) -> str:
     return relative_source_path(workspace, path)
 
 
-def _read_index_rows(db_path: str, what: str) -> list:
+def _read_index_rows(core: Any, what: str) -> list:
     """Source rows or skipped files (source, path, mtime, size), tombstones (source, path), or with
-    ``"all"`` the three lists, through one short-lived read-only connection: never the writer's."""
-    if not os.path.exists(db_path):
-        return [[], [], []] if what == "all" else []
-    from memory_core.store.reader import open_readonly_retrying
+    ``"all"`` the three lists, through the owner's read-only connection (``core.reader``: kept open
+    with the agent, reopened after a file swap): never the writer's."""
 
-    conn = open_readonly_retrying(db_path, load_vec=False)  # a swap by another process is retried
-    try:
+    def read(conn: Any) -> list:
         if what == "all":
             return [_rows(conn, "sources"), _rows(conn, "forgotten"), _rows(conn, "skipped")]
         return _rows(conn, what)
-    finally:
-        conn.close()
+
+    try:
+        return core.reader.run(read)
+    except FileNotFoundError:  # never indexed
+        return [[], [], []] if what == "all" else []
 
 
 def _rows(conn: Any, what: str) -> list[tuple]:

@@ -149,8 +149,7 @@ class MemoryService:
         core = self.runtime.opened_core(agent_id)
         if core is not None:
             return core
-        with self._lock:
-            core = self.runtime.core(agent_id)
+        core = self.runtime.core(agent_id)  # agents open in parallel, each once (the runtime's locks)
         fresh = core.freshness
         if fresh.is_dirty():
             fresh.request_sync([], reason="open")

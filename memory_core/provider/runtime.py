@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -30,6 +31,7 @@ import re
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +83,8 @@ CAPABILITIES = MemoryProviderCapabilities(sources=("memory", "sessions"), pagina
 DISABLED = "Memory is disabled for this agent."
 # Agent tools a host may allow for deep recall (memory_core.capability registers them).
 RECALL_TOOL_NAMES: tuple[str, ...] = ("memory_search", "memory_get")
+OPEN_LOCK_STRIPES = 16       # agents opened at once at most (one per stripe; the same agent never twice)
+AGENT_CONFIGS_KEPT = 2048    # agent config views kept (about 25 KB each); the others are merged again when asked
 RESULT_WINDOW = 200          # at most this many hits are ranked once per search and paged with cursors
 WINDOW_PAGES = 4             # a search ranks up to this many pages ahead (coverage "partial" beyond)
 DEFAULT_CANDIDATES = 48
@@ -266,6 +270,9 @@ class MemoryCoreProviderRuntime:
         # could exhaust the open-files limit)
         self._cores = OpenAgents(fd_bounded_cap(int(getattr(getattr(config, "gateway", None), "max_open_agents", 256))))
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
+        self._agent_configs: OrderedDict[str, Any] = OrderedDict()  # agent_config's views, LRU
+        self._views_lock = threading.Lock()
+        self._open_locks = [threading.RLock() for _ in range(OPEN_LOCK_STRIPES)]
         self._embedding_failures: dict[str, float] = {}
         self.codec = CursorCodec()
         from memory_core.generations import CursorPins, GenerationLeases
@@ -277,16 +284,39 @@ class MemoryCoreProviderRuntime:
     # --- agents ---------------------------------------------------------------------------
 
     def agent_config(self, agent_id: str) -> Any | None:
+        """The agent's config view (``for_agent``, ~1 ms of validation), kept for the most recently
+        asked :data:`AGENT_CONFIGS_KEPT` agents (every v2 request asks); None for an unknown agent."""
         cfg = self.config
         if agent_id == cfg.agent_id:
             return cfg
-        if agent_id in cfg.agents:
-            return cfg.for_agent(agent_id)
-        return None
+        if agent_id not in cfg.agents:
+            return None
+        views = self._agent_configs
+        with self._views_lock:
+            view = views.get(agent_id)
+            if view is not None:
+                views.move_to_end(agent_id)
+                return view
+        view = cfg.for_agent(agent_id)
+        with self._views_lock:
+            views[agent_id] = view
+            while len(views) > AGENT_CONFIGS_KEPT:
+                views.popitem(last=False)
+        return view
 
     def core(self, agent_id: str) -> Any:
-        with self._lock:
+        """The agent's open index owner, opened now if it is not. Agents open in parallel (an open
+        waits on SQLite, the file system and the worker pool, not only on this process): one agent
+        is opened once, under its own stripe of :data:`OPEN_LOCK_STRIPES` locks."""
+        core = self._cores.get(agent_id)
+        if core is not None:
+            self.fence.check(str(core.config.provider))
+            return core
+        with self._open_lock(agent_id):
             return self._core_locked(agent_id)
+
+    def _open_lock(self, agent_id: str) -> Any:
+        return self._open_locks[hash(agent_id) % OPEN_LOCK_STRIPES]
 
     @property
     def open_agents(self) -> Any:
@@ -356,7 +386,7 @@ class MemoryCoreProviderRuntime:
     def close_agent(self, agent_id: str) -> None:
         """``closeMemorySearchManager``: close one agent's index owner (its engine and reader with it;
         reopened on next use)."""
-        with self._lock:
+        with self._lock, self._open_lock(agent_id):
             core = self._cores.pop(agent_id, None)
         if core is not None:
             core.close()
@@ -369,7 +399,10 @@ class MemoryCoreProviderRuntime:
 
     def close_all(self) -> None:
         """``closeAllMemorySearchManagers``: close every engine and core (host shutdown only)."""
-        with self._lock:
+        with contextlib.ExitStack() as held:
+            held.enter_context(self._lock)
+            for lock in self._open_locks:  # no agent is being opened while they close
+                held.enter_context(lock)
             self._close_all_locked()
 
     def _close_all_locked(self) -> None:
