@@ -45,7 +45,7 @@ class MemoryCore:
         # pool: the one switch for the worker pools (None: config ``pool.workers``; False: in-process)
         # repoint: accept a workspace other than the one the index records (``index --repoint``)
         # check_config: raise a configuration error (an unknown provider) now; False keeps it for
-        # config_problem() (``status`` reports it beside what the index holds)
+        # ``config_error`` (``status`` reports it beside what the index holds)
         cfg = config if config is not None else load_config(config_path)
         if agent_id and agent_id != cfg.agent_id:
             cfg = cfg.for_agent(agent_id)
@@ -63,9 +63,10 @@ class MemoryCore:
         self.workspace = ws
         self.agent_id = cfg.agent_id
         self.db_path = cfg.db_path(self.agent_id)
-        self._config_problem = config_problem(cfg, embedding_provider)
-        if check_config and self._config_problem is not None:
-            raise self._config_problem
+        # the configuration error every command reports (exit 2), or None (``index_owner.config_problem``)
+        self.config_error = config_problem(cfg, embedding_provider)
+        if check_config and self.config_error is not None:
+            raise self.config_error
         self._lock = threading.RLock()  # guards the freshness slot
         self._freshness: Any = None
         self._search = SearchService(cfg, self.db_path, provider=lambda: self.provider,
@@ -74,10 +75,6 @@ class MemoryCore:
                                  on_replaced=self._index_replaced, close_readers=self._search.close)
 
     # ------------------------------------------------------------------ the parts it delegates to
-    def config_problem(self) -> Any:
-        """The configuration error every command reports (exit 2), or None (``index_owner.config_problem``)."""
-        return self._config_problem
-
     @property
     def provider(self) -> Any | None:
         """The embedding provider (None = keyword-only); an unavailable explicit one raises."""
@@ -206,14 +203,6 @@ class MemoryCore:
         self._owner.notice_swap()
         return self.freshness.before_search()
 
-    def answer_staleness(self, stale: dict[str, Any] | None, query: str, hits: Sequence[Any]) -> dict[str, Any] | None:
-        """One answer's staleness from the index's (``stale``, from :meth:`before_search`): stale only
-        when a hit's file or a file holding a query term is behind (memory_core/freshness/report.py)."""
-        fresh = self._freshness
-        if stale is None or fresh is None:
-            return stale
-        return fresh.answer_staleness(stale, query, [h.path for h in hits])
-
     @property
     def last_sync_error(self) -> str | None:
         """Why the last background sync failed, or which files it could not publish (retried); None
@@ -241,7 +230,7 @@ class MemoryCore:
         self._check_open()
         check_search(self.config, query, max_results, min_score)  # before any sync or search work
         return self._search.search(
-            query, before_search=self.before_search, answer_staleness=self.answer_staleness,
+            query, before_search=self.before_search, answer_staleness=lambda stale, q, hits: answer_staleness(self._freshness, stale, q, hits),
             sync=lambda: self.sync(reason="search"),
             sync_if_empty=sync_if_empty, keyword_fallback=keyword_fallback, max_results=max_results,
             min_score=min_score, sources=sources, lexical_only=lexical_only, active_project_keys=active_project_keys,
@@ -276,19 +265,6 @@ class MemoryCore:
         with index_errors(self.db_path):
             return list_indexed_files(self.db_path, list(sources) if sources else None)
 
-    def source_files(self) -> int:
-        """How many source files the workspace has now (memory files, and transcripts when sessions
-        are a source): 0 means a search has nothing to find there, whatever the query."""
-        from memory_core.status import source_file_count
-
-        return source_file_count(self.config, self.workspace)
-
-    def skipped_files(self) -> list[dict[str, str]]:
-        """The files under ``memory/`` that are not indexed for not being Markdown, as problems."""
-        from memory_core.status import skipped_files
-
-        return skipped_files(self.config, self.workspace)
-
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """Index facts for ``memory-core status`` (no secrets; ``memory_core/status.py``):
         :class:`~memory_core.errors.IndexCorrupt` when the file is not a readable database."""
@@ -298,3 +274,10 @@ class MemoryCore:
         with index_errors(self.db_path):
             return index_status(self, deep=deep)
 
+
+def answer_staleness(fresh: Any, stale: dict[str, Any] | None, query: str, hits: Sequence[Any]) -> dict[str, Any] | None:
+    """One answer's staleness from the index's (``stale``, from ``MemoryCore.before_search``): stale
+    only when a hit's file or a file holding a query term is behind (memory_core/freshness/report.py)."""
+    if stale is None or fresh is None:
+        return stale
+    return fresh.answer_staleness(stale, query, [h.path for h in hits])

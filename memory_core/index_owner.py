@@ -13,7 +13,6 @@ index names it) and a read-only connection for identity reads.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -25,17 +24,18 @@ import apsw
 
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import (ConfigError, IndexCorrupt, IndexPaused, MemoryCoreError, ReferenceNotFound,
-                                WorkspaceMismatch, reason_of)
+                                reason_of)
+from memory_core.index_identity import IndexIdentity
 from memory_core.indexer import IndexSummary, ProgressFn, record_last_sync, resolve_sessions_dir, run_sync
 from memory_core.session_keys import session_index_path
-from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
 from memory_core.store.identity import identity_mismatch, index_identity, paused_message, settings_change
 from memory_core.store.perms import tighten
 from memory_core.store.reader import CachedReader
 from memory_core.store.reindex import atomic_reindex, reindex_lock, set_aside, sweep_dead_temp_files
-from memory_core.store.workspace import WORKSPACE_KEY, check_workspace, record_workspace
-from memory_core.store.writer import FTS_ONLY_MODEL, IndexWriter
+from memory_core.store.workspace import record_workspace
+from memory_core.store.writer import IndexWriter
+
 
 UNSET: Any = object()
 
@@ -54,9 +54,9 @@ def config_problem(config: MemoryCoreConfig, embedding_provider: Any = UNSET) ->
     return None
 
 
-class IndexOwner:
-    """The writer slot, the sync / reindex orchestration, ``forget`` and the identity checks of one
-    index (``MemoryCore`` delegates to it). ``on_replaced()`` runs when another process replaced
+class IndexOwner(IndexIdentity):
+    """The writer slot, the sync / reindex orchestration and ``forget`` of one index, with the identity
+    checks of :class:`~memory_core.index_identity.IndexIdentity` (``MemoryCore`` delegates to it). ``on_replaced()`` runs when another process replaced
     the file; ``close_readers()`` closes the search side's readers before a file is set aside."""
 
     def __init__(self, config: MemoryCoreConfig, workspace: str, db_path: str, *, embedding_provider: Any = UNSET,
@@ -143,109 +143,6 @@ class IndexOwner:
         with self._lock:
             self.close_writer()
             self._closed = True
-
-    def identity_mismatch(self) -> str | None:
-        """The paused search's message (what differs, both ways out), None when the index may be
-        searched (the engine's check)."""
-        ident = self.identity_state()
-        return ident["message"] if ident["state"] == "mismatch" else None
-
-    # ------------------------------------------------------------------ identity
-    def _check_workspace(self) -> None:
-        """Refuse an index built from another workspace (:class:`WorkspaceMismatch`) unless ``repoint``
-        or the index holds no file (say, a first search ran in a folder without notes): it has nothing
-        a sync of this workspace could prune, so it follows this workspace."""
-        if self.repoint or not os.path.exists(self.db_path):
-            return
-        try:
-            recorded = self.read_meta_value(WORKSPACE_KEY)
-            check_workspace(recorded, self.workspace, self.agent_id)
-        except WorkspaceMismatch:
-            if self._holds_files():
-                raise
-        except (MemoryCoreError, apsw.Error, OSError):
-            return  # an unreadable index is reported by the command that uses it
-
-    def _holds_files(self) -> bool:
-        """Whether the index has any source file (True when that cannot be read: refuse, keep it)."""
-
-        def read(conn: apsw.Connection) -> bool:
-            try:
-                return conn.execute("SELECT 1 FROM memory_index_sources LIMIT 1").fetchone() is not None
-            except apsw.SQLError:
-                return False  # schema not created yet
-        try:
-            return bool(self.meta_reader.run(read))
-        except FileNotFoundError:
-            return False
-        except (apsw.Error, OSError):
-            return True
-
-    def expected_identity(self, dims: int | None = None) -> dict[str, Any]:
-        ident = index_identity(self.config, self.provider)
-        if dims is not None:
-            ident["vectorDims"] = dims
-        return ident
-
-    def read_meta_value(self, key: str) -> str | None:
-        """One ``memory_index_meta`` value through the owner's read-only connection (never the
-        writer's: a read must not race the writer's reopen after a swap); None when absent."""
-
-        def read(conn: apsw.Connection) -> str | None:
-            try:
-                row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (key,)).fetchone()
-            except apsw.SQLError:
-                return None  # schema not created yet
-            return None if row is None else str(row[0])
-
-        try:
-            return self.meta_reader.run(read)
-        except FileNotFoundError:
-            return None
-
-    def identity_state(self) -> dict[str, Any]:
-        """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta; a
-        mismatch also has ``message``, the paused search's error (what differs, both ways out)."""
-        with index_errors(self.db_path):
-            raw = self.read_meta_value(schema.META_KEY)
-        # every search asks (freshness and the engine): the comparison is kept while the stored meta,
-        # the config and the provider (and its dims, which some learn late) are the same
-        provider = self._provider
-        key = (raw, getattr(provider, "dims", None), getattr(provider, "provider_key", None))  # a fallback switches it
-        memo = self._identity_memo
-        if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
-            return _identity_dict(*memo[3])
-        meta = _loads(raw)
-        if not isinstance(meta, dict):
-            return {"state": "empty", "mismatch": []}
-        expected = self.expected_identity()
-        diff = identity_mismatch(meta, expected)
-        state = "mismatch" if diff else "ok"
-        message = paused_message(meta, expected, diff) if diff else None
-        if self._provider is provider:  # expected_identity may have created the provider just now
-            self._identity_memo = (key, self.config, provider, (state, tuple(diff), message))
-        return _identity_dict(state, diff, message)
-
-    def check_identity(self) -> dict[str, Any]:
-        """Raise :class:`IndexPaused` when the index was built with other settings (upstream
-        `memory/manager.ts`)."""
-        state = self.identity_state()
-        if state["state"] == "mismatch":
-            raise IndexPaused(state["message"])
-        return state
-
-    def _assert_no_downgrade(self, meta: dict | None, provider: Any | None) -> None:
-        """Never rebuild a semantic index as keyword-only without an explicit --force (upstream
-        `memory/manager-sync-ops.ts`)."""
-        if provider is not None or meta is None:
-            return
-        if meta.get("provider", "none") != "none" or meta.get("model", FTS_ONLY_MODEL) != FTS_ONLY_MODEL:
-            raise IndexPaused(
-                f"refusing to rebuild the semantic index ({meta.get('provider')}/{meta.get('model')}) as "
-                "keyword-only: no embedding provider is configured now. Set "
-                f"`provider = {json.dumps(meta.get('provider'))}` in the config to keep it, or run "
-                "`memory-core index --force` to rebuild keyword-only and drop the vectors"
-            )
 
     # ------------------------------------------------------------------ sync
     def index(self, *, force: bool = False, progress: ProgressFn | None = None) -> IndexSummary:
@@ -523,19 +420,3 @@ class IndexOwner:
         except FileNotFoundError:
             return
         self._readable_ident = ident
-
-
-def _identity_dict(state: str, diff: Sequence[str], message: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": state, "mismatch": list(diff)}
-    if message is not None:
-        out["message"] = message
-    return out
-
-
-def _loads(value: str | None) -> Any:
-    if not value:
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None

@@ -151,6 +151,29 @@ def host(client, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.node
 @pytest.mark.timeout(900)
+def _kill_the_child_and_see_it_recover(host) -> None:
+    """SIGKILL memory-core under the real gateway: doctor names the failure, the tools answer the
+    unavailable shape (no traceback), and within 30 s memory-core is healthy again."""
+    [first] = host.child_pids()
+    offset = len(host.log_text())
+    os.kill(first, signal.SIGKILL)
+    # the plugin's own report that it saw the exit (Node reaped the child), not the kernel's view of
+    # the pid: a killed process's threads and sockets outlive its main thread's zombie state, and in
+    # that window the gateway still holds a live connection to it
+    host.wait_logged(rf"memory-core: memory-core \(pid {first}\) was killed by SIGKILL", after=offset,
+                     timeout=60)
+    assert not pid_alive(first)
+    failed = call_python(host.url, "doctor.memory.status", {})
+    assert failed.get("searchRuntimeRegistered") is True and failed["embedding"]["ok"] is False, failed
+    assert failed["embedding"]["error"].startswith(f"memory-core unavailable: memory-core (pid {first}) was killed by "
+                                                   "SIGKILL; it is being restarted"), failed
+    down = call_python(host.url, "tools.invoke", {"name": "memory_search", "args": {"query": "coffee"}})
+    assert down["output"]["details"]["unavailable"] is True and "Traceback" not in json.dumps(down)
+    wait_for(lambda: healthy(call_python(host.url, "doctor.memory.status", {})), 30, "memory-core healthy again")
+    host.wait_logged(r"memory-core: ready", after=offset, timeout=5)
+    assert call_python(host.url, "memory.search", {"query": "quillwhistle"})["results"]
+
+
 def test_a_real_openclaw_gateway_runs_its_memory_on_memory_core(host):
     # installed as an operator would: the plugin linked, enabled, in the memory slot, told how to start us
     cfg = host.config()["plugins"]
@@ -220,24 +243,7 @@ def test_a_real_openclaw_gateway_runs_its_memory_on_memory_core(host):
              "the file written after start to be found through the gateway")
 
     # the child dies: doctor names the failure, and within 30 s memory-core is healthy again
-    [first] = host.child_pids()
-    offset = len(host.log_text())
-    os.kill(first, signal.SIGKILL)
-    # the plugin's own report that it saw the exit (Node reaped the child), not the kernel's view of
-    # the pid: a killed process's threads and sockets outlive its main thread's zombie state, and in
-    # that window the gateway still holds a live connection to it
-    host.wait_logged(rf"memory-core: memory-core \(pid {first}\) was killed by SIGKILL", after=offset,
-                     timeout=60)
-    assert not pid_alive(first)
-    failed = call_python(host.url, "doctor.memory.status", {})
-    assert failed.get("searchRuntimeRegistered") is True and failed["embedding"]["ok"] is False, failed
-    assert failed["embedding"]["error"].startswith(f"memory-core unavailable: memory-core (pid {first}) was killed by "
-                                                   "SIGKILL; it is being restarted"), failed
-    down = call_python(host.url, "tools.invoke", {"name": "memory_search", "args": {"query": "coffee"}})
-    assert down["output"]["details"]["unavailable"] is True and "Traceback" not in json.dumps(down)
-    wait_for(lambda: healthy(call_python(host.url, "doctor.memory.status", {})), 30, "memory-core healthy again")
-    host.wait_logged(r"memory-core: ready", after=offset, timeout=5)
-    assert call_python(host.url, "memory.search", {"query": "quillwhistle"})["results"]
+    _kill_the_child_and_see_it_recover(host)
 
     # stopping the gateway stops memory-core: no process left, checked by PID
     pids = host.child_pids()

@@ -73,7 +73,9 @@ def open_core(args: argparse.Namespace, *, pool: bool = False, config: Any = Non
 def no_sources_note(core: Any) -> str | None:
     """Why every search of this workspace answers "No matches.": it holds no memory sources (say,
     the command ran outside the agent's workspace). None when it has some."""
-    if core.source_files():
+    from memory_core.status import source_file_count
+
+    if source_file_count(core.config, core.workspace):
         return None
     from memory_core.output import escape_control
 

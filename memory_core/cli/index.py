@@ -10,6 +10,7 @@ from typing import Any
 from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, agent_configs, no_sources_note, open_core, print_json
 from memory_core.errors import MemoryCoreError, on_surfaces
 from memory_core.output import escape_control
+from memory_core.status import skipped_files
 from memory_core.progress import Progress
 
 
@@ -54,7 +55,7 @@ def _index_one(args: argparse.Namespace, cfg: Any) -> tuple[int, Any]:
         with Progress("Indexing", unit="files") as progress:
             summary = core.index(force=args.force, progress=progress)
         note = no_sources_note(core) if not summary.files else None
-        skipped = core.skipped_files()
+        skipped = skipped_files(core.config, core.workspace)
     finally:
         core.close()
     if not args.json:
@@ -104,7 +105,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         try:
             core = open_core(args, config=cfg, check_config=False)  # a configuration error is shown beside the facts
             try:
-                problem = core.config_problem()
+                problem = core.config_error
                 st = core.status(deep=args.deep)
             finally:
                 core.close()
