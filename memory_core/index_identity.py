@@ -105,7 +105,7 @@ class IndexIdentity:
         memo = self._identity_memo
         if memo is not None and memo[0] == key and memo[1] is self.config and memo[2] is provider:
             return _identity_dict(*memo[3])
-        meta = _loads(raw)
+        meta = loads_meta(raw)
         if not isinstance(meta, dict):
             return {"state": "empty", "mismatch": []}
         expected = self.expected_identity()
@@ -145,7 +145,8 @@ def _identity_dict(state: str, diff: Sequence[str], message: str | None) -> dict
     return out
 
 
-def _loads(value: str | None) -> Any:
+def loads_meta(value: str | None) -> Any:
+    """A JSON meta value as stored (``memory_index_meta``), None when absent or not JSON."""
     if not value:
         return None
     try:

@@ -4,13 +4,13 @@ read on a read-only connection of its own (never the writer's)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any
 
 import apsw
 
 from memory_core.errors import MemoryCoreError, WorkspaceError
+from memory_core.index_identity import loads_meta
 from memory_core.indexer import resolve_sessions_dir
 from memory_core.store import schema
 from memory_core.store.access import folder_problem
@@ -135,12 +135,12 @@ def _from_db(core: Any, out: dict[str, Any], *, deep: bool) -> None:
         out["revision"] = schema.read_revision(conn)
         out["cache"]["entries"] = int(conn.execute("SELECT count(*) FROM memory_embedding_cache").fetchone()[0])
         meta_rows = dict(conn.execute("SELECT key, value FROM memory_index_meta"))
-        meta = _loads(meta_rows.get(schema.META_KEY))
+        meta = loads_meta(meta_rows.get(schema.META_KEY))
         if meta:
             out["model"] = meta.get("model")
             out["dims"] = meta.get("vectorDims")
             out["indexed_provider"] = meta.get("provider")
-        out["last_sync"] = _loads(meta_rows.get(LAST_SYNC_KEY))
+        out["last_sync"] = loads_meta(meta_rows.get(LAST_SYNC_KEY))
         out["vector"]["rebuild_required"] = meta_rows.get(schema.VECTOR_REBUILD_KEY) == "1"
         tok = schema.fts_tokenizer_in_db(conn)
         out["fts"]["available"] = tok is not None
@@ -185,12 +185,3 @@ def _provider_check(core: Any) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - status reports, never raises
         info.update(available=False, error=str(exc))
     return info
-
-
-def _loads(value: str | None) -> Any:
-    if not value:
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None
