@@ -10,7 +10,6 @@ from typing import Any
 from memory_core.cli.common import EXIT_FAILURE, EXIT_USAGE, agent_configs, no_sources_note, open_core, print_json
 from memory_core.errors import MemoryCoreError, on_surfaces
 from memory_core.output import escape_control
-from memory_core.status import skipped_files
 from memory_core.progress import Progress
 
 
@@ -50,6 +49,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _index_one(args: argparse.Namespace, cfg: Any) -> tuple[int, Any]:
+    from memory_core.status import skipped_files  # not at import: `--help` loads no engine module
+
     core = open_core(args, pool=True, config=cfg, repoint=args.repoint)
     try:
         with Progress("Indexing", unit="files") as progress:
