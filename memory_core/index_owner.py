@@ -272,16 +272,21 @@ class IndexOwner(IndexIdentity):
             with contextlib.suppress(Exception):  # reporting must not mask the real error
                 record_last_sync(writer, None, error=reason_of(exc), reason=reason)
             raise
+        summary.full = True  # every file was read: the same summary as a rebuild's
+        self._publish_built(writer, provider, summary)
+        summary.revision = writer.revision
+        return summary
+
+    def _publish_built(self, writer: IndexWriter, provider: Any | None, summary: IndexSummary) -> None:
+        """What an index built from every file records: its identity (with the vector dims it was
+        built with), its workspace and the sync that built it."""
         dims = writer.vec_dims
         if dims is None and provider is not None:
             dims = getattr(provider, "dims", None)
         writer.write_meta(self.expected_identity(dims=dims) if provider is not None
                           else index_identity(self.config, None))
         record_workspace(writer, self.workspace)
-        summary.full = True  # every file was read: the same summary as a rebuild's
         record_last_sync(writer, summary)
-        summary.revision = writer.revision
-        return summary
 
     def _full_reindex(self, *, reason: str, provider: Any | None, progress: ProgressFn | None,
                       repair: bool = False) -> IndexSummary:
@@ -311,13 +316,7 @@ class IndexOwner(IndexIdentity):
             if unreadable:
                 counts = temp.counts()
                 summary.files, summary.chunks = counts["files"], counts["chunks"]
-            dims = temp.vec_dims
-            if dims is None and provider is not None:
-                dims = getattr(provider, "dims", None)
-            temp.write_meta(self.expected_identity(dims=dims) if provider is not None
-                            else index_identity(self.config, None))
-            record_workspace(temp, self.workspace)
-            record_last_sync(temp, summary)
+            self._publish_built(temp, provider, summary)
             return summary
 
         def reopen() -> None:

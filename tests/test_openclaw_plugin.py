@@ -262,7 +262,9 @@ def test_a_real_openclaw_gateway_runs_its_memory_on_memory_core(host):
 
 # --------------------------------------------------------------------------- failure is visible, never fatal
 
-HARNESS = """
+# The plugin registered as the host registers it (tools, services, capability, logs collected in reg);
+# each harness goes on from there (its two %s: the plugin's URL, then [pluginConfig, workspace]).
+REGISTERED = """
 import plugin from %s;
 const [pluginConfig, workspace] = %s;
 const reg = {tools: {}, services: [], capability: null, logs: []};
@@ -272,6 +274,9 @@ plugin.register({
   registerService: (s) => reg.services.push(s), registerMemoryCapability: (c) => { reg.capability = c; },
   registerTool: (factory, opts) => { reg.tools[opts.names[0]] = factory({agentId: "main", config}); },
 });
+"""
+
+HARNESS = REGISTERED + """
 await reg.services[0].start({config});
 const deadline = Date.now() + 60000;
 let acquired;
@@ -406,15 +411,7 @@ def test_a_memory_core_too_old_for_the_plugin_is_named_with_the_upgrade(client, 
 
 KILLED_HARNESS = """
 import fs from "node:fs";
-import plugin from %s;
-const [pluginConfig, workspace] = %s;
-const reg = {tools: {}, services: [], capability: null, logs: []};
-const config = {agents: {defaults: {workspace}}};
-plugin.register({
-  pluginConfig, config, runtime: {}, logger: {info: (m) => reg.logs.push(m), warn: (m) => reg.logs.push(m)},
-  registerService: (s) => reg.services.push(s), registerMemoryCapability: (c) => { reg.capability = c; },
-  registerTool: (factory, opts) => { reg.tools[opts.names[0]] = factory({agentId: "main", config}); },
-});
+""" + REGISTERED + """
 const acquire = () => reg.capability.runtime.getMemorySearchManager({cfg: config, agentId: "main", purpose: "status"});
 await reg.services[0].start({config});
 let deadline = Date.now() + 120000;
