@@ -18,7 +18,8 @@ from memory_core.config import load_config
 from memory_core.core import MemoryCore
 from memory_core.errors import IndexCorrupt, reason_of
 from tests.helpers import wait_for
-from tests.worker_tasks import TASK_MODULES
+from tests.worker_tasks import TASK_MODULES, sigint_state_at_start
+from workers.launch import start_worker
 from workers.pool import WorkerPool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +68,19 @@ def test_a_pool_worker_ignores_sigint():
         assert pool.worker_pids() == [pid] and pool.stats["died"] == 0
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_worker_starts_with_sigint_ignored_or_blocked(start_method):
+    """No moment of a worker's life catches Ctrl-C: a SIGINT that reaches a worker still starting
+    (before worker_main ignores it) must not raise KeyboardInterrupt there and print a traceback."""
+    proc, requests, [reply] = start_worker(start_method, sigint_state_at_start, name="sigint-probe", channels=1)
+    try:
+        assert os.read(reply.fileno(), 16).decode() in ("ignored", "blocked")
+    finally:
+        proc.join(timeout=30)
+        requests.close()
+        reply.close()
 
 
 def _group_workers(pgid: int) -> int:

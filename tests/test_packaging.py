@@ -59,10 +59,13 @@ def test_bench_cli_runs_from_a_wheel_installed_in_a_fresh_venv_outside_the_check
     a missing site-packages/examples/memory-core.toml."""
     wheel = _built_wheel(tmp_path)
     venv = tmp_path / "venv"
-    # --system-site-packages: the dependencies come from this interpreter (offline, fast)
+    # --system-site-packages: the dependencies come from this interpreter (offline, fast);
+    # --ignore-installed: into the venv even where this interpreter has memory-core installed
+    # (as CI does), which pip would otherwise take as already satisfied
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    r = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+    r = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "-q",
+                        str(wheel)],
                        capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     elsewhere = tmp_path / "elsewhere"

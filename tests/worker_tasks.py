@@ -97,3 +97,14 @@ def _op_metadata(conn, op: dict, ctx: WorkerContext, env: dict) -> dict[str, dic
 
 OPS["fts_raw"] = _op_fts_raw
 OPS["metadata"] = _op_metadata
+
+
+def sigint_state_at_start(requests: Any, replies: list) -> None:
+    """A worker target (for :func:`workers.launch.start_worker`) that reports, as its first act,
+    how its process treats SIGINT: ``"ignored"``, ``"blocked"`` or ``"caught"`` (read from
+    ``/proc/self/status``, before any code of ours could change it)."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        masks = {k: int(v, 16) for k, _, v in (line.partition(":\t") for line in fh) if k in ("SigBlk", "SigIgn")}
+    bit = 1 << (2 - 1)  # SIGINT is signal 2
+    state = "ignored" if masks["SigIgn"] & bit else "blocked" if masks["SigBlk"] & bit else "caught"
+    os.write(replies[0].fileno(), state.encode())

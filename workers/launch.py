@@ -12,6 +12,7 @@ from ``memory_core``.
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,8 +21,9 @@ import multiprocess
 from multiprocess import spawn
 
 START_METHODS = ("forkserver", "spawn")
-# What the forkserver imports once, so each worker it forks starts with them loaded.
-FORKSERVER_PRELOAD = ["workers.runtime", "workers.launch", "numpy", "workers.tasks"]
+# What the forkserver imports once, so each worker it forks starts with them loaded; the first
+# makes every worker start with Ctrl-C ignored (see that module).
+FORKSERVER_PRELOAD = ["workers.forkserver_signals", "workers.runtime", "workers.launch", "numpy", "workers.tasks"]
 
 _context_lock = threading.Lock()
 _contexts: dict[str, Any] = {}
@@ -71,6 +73,19 @@ def _without_main() -> Iterator[None]:
             spawn.get_preparation_data = original
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    # A spawned worker inherits this thread's signal mask through fork and exec: SIGINT stays
+    # blocked in it until worker_main has set it to ignored, so a Ctrl-C while it starts up is
+    # dropped instead of raising KeyboardInterrupt in its interpreter's startup. (A forkserver
+    # worker starts with SIGINT ignored: workers.forkserver_signals.)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def start_worker(start_method: str, target: Callable[..., None], *, name: str, channels: int,
                  args: tuple = ()) -> tuple[Any, Any, list[Any]]:
     """Start ``target(requests, replies, *args)`` in a new daemon worker process with one request
@@ -81,7 +96,7 @@ def start_worker(start_method: str, target: Callable[..., None], *, name: str, c
     replies = [ctx.Pipe(duplex=False) for _ in range(channels)]
     proc = ctx.Process(target=target, args=(req_r, [w for _, w in replies], *args), name=name, daemon=True)
     try:
-        with _without_main():
+        with _without_main(), _sigint_blocked():
             proc.start()
     except BaseException:
         for handle in (req_r, req_w, *(h for pair in replies for h in pair)):

@@ -54,8 +54,11 @@ def worker_main(requests, replies, pool_name: str, task_modules: tuple[str, ...]
     imported first: they add tasks to ``workers.tasks`` (see :func:`workers.tasks.task`).
 
     Workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and it is the
-    owner's to handle (it ends the pool); a worker must not die of it mid-task with a traceback."""
+    owner's to handle (it ends the pool); a worker must not die of it mid-task with a traceback.
+    It starts with SIGINT ignored (forkserver) or blocked (spawn, workers.launch); once ignored,
+    it is unblocked, and a Ctrl-C that came meanwhile is dropped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     pin_threads()
     from workers import tasks
 
