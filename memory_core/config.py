@@ -405,6 +405,9 @@ class MemoryCoreConfig(_Model):
     # the config before any agent's overrides were merged (set on an agent's view): another agent's
     # view is merged from it, never from this agent's (its extraPaths, workspace...)
     _base: MemoryCoreConfig | None = PrivateAttr(default=None)
+    # one validated agent view per override shape (override_shape): the other agents of that shape
+    # are copies of it with their own workspace and id (for_agent), not validated again
+    _shape_views: dict[str, MemoryCoreConfig] = PrivateAttr(default_factory=_new_dict)
 
     @field_validator("state_dir", "workspace", "sessions_dir", mode="after")
     @classmethod
@@ -549,8 +552,13 @@ class MemoryCoreConfig(_Model):
         src = self._base if self._base is not None and agent_id != self.agent_id else self
         if src is not self:
             return src.for_agent(agent_id)
+        raw_override = self.agents.get(agent_id) or {}
+        shape = _view_shape(agent_id, raw_override)
+        template = self._shape_views.get(shape) if shape is not None else None
+        if template is not None and template._base is self:  # (a model_copy shares the dict, not the settings)
+            return _view_like(self, template, agent_id, raw_override)
         base = self.model_dump(by_alias=True, exclude={"agents"})
-        override = _normalise_keys(self.agents.get(agent_id) or {})
+        override = _normalise_keys(raw_override)
         o_hybrid = ((override.get("query") or {}).get("hybrid") or {}) if isinstance(override.get("query"), dict) else {}
         if isinstance(o_hybrid, dict) and ({"vectorWeight", "textWeight"} & set(o_hybrid)):
             r_hybrid = ((self._raw.get("query") or {}).get("hybrid") or {}) if self._raw else {}
@@ -570,6 +578,8 @@ class MemoryCoreConfig(_Model):
         cfg.agents = self.agents
         cfg._file_notices = list(self._file_notices)
         cfg._base = self
+        if shape is not None and len(self._shape_views) < SHAPE_VIEWS_KEPT:
+            self._shape_views[shape] = cfg
         return cfg
 
 
@@ -1152,6 +1162,45 @@ def load_config(
     if cfg.agent_id in cfg.agents:
         cfg = cfg.for_agent(cfg.agent_id)
     cfg._file_notices = notices
+    return cfg
+
+
+SHAPE_VIEWS_KEPT = 64  # validated views kept as templates, one per override shape (about 25 KB each)
+
+
+def _view_shape(agent_id: Any, override: Any) -> str | None:
+    """What two agents' views share when they differ only in their workspace string and id (None:
+    not comparable that way): ``override_shape`` and whether the override names a workspace at all
+    (one that does not keeps the base config's)."""
+    if not isinstance(agent_id, str) or not agent_id or not isinstance(override, Mapping):
+        return None
+    if "workspace" in override and not isinstance(override["workspace"], str):
+        return None
+    shape = override_shape(override)
+    return None if shape is None else f"{'workspace' in override}:{shape}"
+
+
+def _view_like(base: MemoryCoreConfig, template: MemoryCoreConfig, agent_id: str,
+               override: Mapping[str, Any]) -> MemoryCoreConfig:
+    """``base.for_agent(agent_id)`` made from ``template``, the validated view of an agent whose
+    override differs from this one's only in its workspace path (the same ``override_shape``): the
+    same settings with this agent's id and workspace (expanded as validation expands it), and what
+    a validated view records of its merge (raw settings, origins) for this agent."""
+    update: dict[str, Any] = {"agent_id": agent_id}
+    raw = dict(template._raw)
+    raw["agentId"] = agent_id
+    if "workspace" in override:
+        workspace = override["workspace"]
+        update["workspace"] = os.path.expanduser(workspace) if workspace else workspace
+        raw["workspace"] = workspace
+    cfg = template.model_copy(update=update)
+    where = f"agents.{agent_id} in " + base._origins.get(f"agents.{agent_id}", "the config")
+    cfg._raw = raw
+    cfg._origins = ChainMap({p: where for p in _leaf_paths(_normalise_keys(override))}, base._origins)  # type: ignore[assignment]
+    cfg._notices = list(template._notices)
+    cfg._file_notices = list(base._file_notices)
+    cfg._shape_views = {}
+    cfg._base = base
     return cfg
 
 

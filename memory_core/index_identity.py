@@ -108,12 +108,14 @@ class IndexIdentity:
         meta = loads_meta(raw)
         if not isinstance(meta, dict):
             return {"state": "empty", "mismatch": []}
+        current = self.provider  # created now if it was not yet (expected_identity needs it)
         expected = self.expected_identity()
         diff = identity_mismatch(meta, expected)
         state = "mismatch" if diff else "ok"
         message = paused_message(meta, expected, diff) if diff else None
-        if self._provider is provider:  # expected_identity may have created the provider just now
-            self._identity_memo = (key, self.config, provider, (state, tuple(diff), message))
+        if self._provider is current:  # kept under the provider it was compared with
+            key = (raw, getattr(current, "dims", None), getattr(current, "provider_key", None))
+            self._identity_memo = (key, self.config, current, (state, tuple(diff), message))
         return _identity_dict(state, diff, message)
 
     def check_identity(self) -> dict[str, Any]:

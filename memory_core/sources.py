@@ -323,9 +323,16 @@ def _enumerate_memory(workspace: str, extra_paths: Sequence[Any]) -> _Listing:
                 listing.files.append(resolved)
     seen: set[str] = set()
     deduped: list[str] = []
+    real_dirs: dict[str, str] = {}
     for path in listing.files:
+        # every listed file is a regular file, no symlink (lstat-checked): its real path is its
+        # folder's (resolved once per folder) joined with its name
+        folder, name = os.path.split(path)
         try:
-            key = os.path.realpath(path)
+            real = real_dirs.get(folder)
+            if real is None:
+                real = real_dirs[folder] = os.path.realpath(folder)
+            key = os.path.join(real, name)
         except OSError:
             key = path
         if key in seen:

@@ -25,6 +25,7 @@ from host_facades.db.sqlite_read import (
     read_snapshot,
     unreadable,
 )
+from host_facades.db.sqlite_ext import load_sqlite_vec
 from host_facades.retrieval.vector_state import model_key
 
 MAX_CACHED_READERS = 8
@@ -69,9 +70,13 @@ class WorkerContext:
     # db_path -> (read-only connection, file identity, last use); reused between tasks while the
     # file identity is unchanged and for at most SQLITE_IDLE_HANDLE_TTL_S of idleness.
     readers: dict = field(default_factory=dict)
+    # the db_paths whose cached connection has sqlite-vec loaded (loaded at the first task that
+    # needs vectors: a keyword-only search never does, and loading it costs as much as the open)
+    with_vec: set = field(default_factory=set)
 
-    def reader(self, db_path: str, ident: str):
-        """A read-only connection to ``db_path`` whose file identity is ``ident`` (cached)."""
+    def reader(self, db_path: str, ident: str, *, vec: bool = True):
+        """A read-only connection to ``db_path`` whose file identity is ``ident`` (cached), with
+        sqlite-vec loaded when ``vec``."""
         now = time.monotonic()
         for path, (conn, _ident, used) in list(self.readers.items()):
             if now - used > SQLITE_IDLE_HANDLE_TTL_S:
@@ -79,15 +84,20 @@ class WorkerContext:
         entry = self.readers.get(db_path)
         if entry is not None and entry[1] == ident:
             self.readers[db_path] = (entry[0], ident, now)
-            return entry[0]
-        self.drop_reader(db_path)
-        while len(self.readers) >= MAX_CACHED_READERS:  # least recently used first
-            self.drop_reader(min(self.readers, key=lambda p: self.readers[p][2]))
-        conn = open_readonly(db_path, load_vec=True)
-        self.readers[db_path] = (conn, ident, now)
+            conn = entry[0]
+        else:
+            self.drop_reader(db_path)
+            while len(self.readers) >= MAX_CACHED_READERS:  # least recently used first
+                self.drop_reader(min(self.readers, key=lambda p: self.readers[p][2]))
+            conn = open_readonly(db_path, load_vec=False)
+            self.readers[db_path] = (conn, ident, now)
+        if vec and db_path not in self.with_vec:
+            load_sqlite_vec(conn)
+            self.with_vec.add(db_path)
         return conn
 
     def drop_reader(self, db_path: str) -> None:
+        self.with_vec.discard(db_path)
         entry = self.readers.pop(db_path, None)
         if entry is not None:
             try:
@@ -196,21 +206,23 @@ def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchRe
         reply = run_search(conn, req, revision=revision, vector_state=vector_state, db_id=db_id)
         return db_id, revision, reply.wire() if wire else reply
 
-    done = on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads)
+    done = on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads, vec=req.qvec is not None)
     return (None, 0, None) if done is None else done
 
 
-def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[Any, str, int], T]) -> T | None:
+def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[Any, str, int], T], *,
+                vec: bool = True) -> T | None:
     """``reads(conn, db_id, revision)`` inside ONE read transaction of ``db_path`` (one
     generation), after telling the derived-state cache which revisions to keep; None when the file
-    does not exist. An atomic swap of the file while it was opened is retried on the new file."""
+    does not exist. An atomic swap of the file while it was opened is retried on the new file.
+    ``vec``: the reads may use sqlite-vec (False: a keyword-only search)."""
     ctx.tasks_run += 1
     if not os.path.exists(db_path):
         return None
     for _attempt in range(3):
         before = db_identity(db_path)
         try:
-            conn = ctx.reader(db_path, before)
+            conn = ctx.reader(db_path, before, vec=vec)
         except Exception as exc:
             _unreadable_as_task_error(db_path, exc)
             raise

@@ -259,6 +259,11 @@ class DueQueue:
         self._queued_at[key] = due
         heapq.heappush(self._heap, (due, next(self._seq), key))
 
+    def head(self) -> float | None:
+        """The earliest due time queued (an entry superseded since may be it: never later than the
+        real earliest), None when nothing is queued."""
+        return self._heap[0][0] if self._heap else None
+
     def take(self, now: float) -> tuple[Hashable | None, float | None]:
         """(an agent due at ``now``, now busy; or None and when to look again, None = when pushed).
 
@@ -288,6 +293,11 @@ class DueQueue:
         for key in keys:
             self._queued_at.pop(key, None)
             self._again.pop(key, None)
+        if len(self._heap) > 2 * len(self._queued_at) + 64:
+            # mostly superseded or dropped entries (closed agents, kept alive by them until their due
+            # time): keep the live ones only
+            self._heap = [e for e in self._heap if self._queued_at.get(e[2]) == e[0]]
+            heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._queued_at)

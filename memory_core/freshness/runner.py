@@ -54,9 +54,13 @@ class Runner:
         if due is None:
             return
         with self._cond:
+            head = self._queue.head()
             self._queue.push(agent, due)
             self._start_threads()
-            self._cond.notify()
+            if head is None or due < head:
+                # a waiting thread waits until the earliest due time queued before: one due no sooner
+                # (an agent opened now, its first health check 30 s away) is found when it wakes
+                self._cond.notify()
 
     def forget(self, agent: Any) -> None:
         with self._cond:

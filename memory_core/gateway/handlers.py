@@ -171,6 +171,14 @@ class MemoryService:
             self.runtime.close_all()
 
 
+class _OpenFailed(Exception):
+    """Opening the agent failed (``error``), as opposed to its search."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 # --------------------------------------------------------------------------- requests
 
 
@@ -220,29 +228,34 @@ class MemoryMethods:
         owner = self.service.host.owner
         if owner is not None and not owner.has_provider_runtime and owner.runtime is not None:
             return await self.search_v1_legacy(request, agent_id, owner.runtime)
-        # An open engine is a dict lookup; only the first open (which may index) leaves the event loop.
-        core = self.service.runtime.opened_core(agent_id)
-        if core is None:
-            try:
-                core = await asyncio.to_thread(self.service.core, agent_id)
-            except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
-                raise unavailable(f"memory search unavailable: {error_message(exc)}") from exc
+        # An open engine is a dict lookup; an agent not open yet is opened (which may index) in the
+        # search's own thread, one hop off the event loop for both
+        opened = self.service.runtime.opened_core(agent_id)
+        core = opened
 
         def search() -> tuple[list[Any], dict[str, Any] | None]:
+            nonlocal core
+            if core is None:
+                try:
+                    core = self.service.core(agent_id)
+                except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
+                    raise _OpenFailed(exc) from exc
             hits = core.search(request.query, max_results=request.max_results, min_score=request.min_score)
             return hits, hits.staleness
 
         try:
             hits, staleness = await asyncio.to_thread(search)
+        except _OpenFailed as failed:
+            raise unavailable(f"memory search unavailable: {error_message(failed.error)}") from failed.error
         except Exception as exc:  # noqa: BLE001 - e.g. an agent whose own query budget is smaller
             if on_surfaces(exc).gateway == INVALID_REQUEST:
                 raise invalid_request(error_message(exc)) from exc
             raise unavailable(f"memory search failed: {error_message(exc)}") from exc
-        cfg = self.service.agent_config(agent_id)
+        cfg = core.config
         payload: dict[str, Any] = {
             "agentId": agent_id,
             "provider": cfg.provider,
-            "searchMode": self.service.search_mode(agent_id),
+            "searchMode": "hybrid" if cfg.vectors_enabled else "fts-only",
             "results": [v1_result(hit) for hit in hits],
         }
         if isinstance(staleness, dict) and staleness.get("stale"):
