@@ -410,8 +410,11 @@ class IndexOwner(IndexIdentity):
             if why is not None:
                 raise not_writable(self.db_path, why, lead="nothing is indexed yet (run `memory-core index`), but the ")
             return
-        if ident == self._readable_ident:
-            return  # this file opened fine before (a damaged page found later still raises IndexCorrupt)
+        if ident == self._readable_ident or ident == self.meta_reader.ident:
+            # this file opened fine before (a damaged page found later still raises IndexCorrupt),
+            # here or on the owner's read-only connection, which has it open
+            self._readable_ident = ident
+            return
         try:
             # through the owner's read-only connection (kept open, reused by the identity reads), not
             # one more open of the file; it raises IndexCorrupt when the file is no readable database

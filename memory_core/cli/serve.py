@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import gc
 import signal
 import socket
 import sys
@@ -73,6 +74,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         ids = service.agents.ids
         agents = ", ".join(ids) if len(ids) <= 10 else f"{', '.join(ids[:5])} and {len(ids) - 5} more"
         print(f"memory-core gateway listening on {server.url} (auth {auth.mode}; agents: {agents})", flush=True)
+        # what exists now (modules, the config of every agent, the service) lives as long as the
+        # server: the collector's full passes, which grow with the agents opened, skip it
+        gc.freeze()
         # warm: every configured agent opened, synced and watched now, not at its first request
         # (off the event loop: opening may read every file; a request meanwhile waits for its agent)
         threading.Thread(target=service.warm, args=(lambda line: print(line, file=sys.stderr, flush=True),),
