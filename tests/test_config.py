@@ -339,6 +339,36 @@ def test_db_path_rules(tmp_path):
         cfg.db_path("../evil")
 
 
+def test_agents_of_one_override_shape_get_the_view_validation_would_give(tmp_path):
+    # agents whose overrides differ only in their workspace share one validated view as template
+    agents = {**{f"w{i}": {"workspace": f"~/ws{i}"} for i in range(4)}, "n1": {}, "n2": {},
+              "x1": {"workspace": None}, "x2": {"workspace": None}, "e1": {"workspace": ""},
+              "q1": {"workspace": "/a", "query": {"maxResults": 3}}, "q2": {"workspace": "/b", "query": {"maxResults": 3}},
+              "s1": {"experimental": {"sessionMemory": True}}, "s2": {"experimental": {"sessionMemory": True}}}
+    path = tmp_path / "memory-core.json"
+    path.write_text(json.dumps({"workspace": str(tmp_path), "sources": ["memory", "sessions"],
+                                "query": {"hybrid": {"vectorWeight": 0.6, "textWeight": 0.4}}, "agents": agents}))
+    cfg = load_config(str(path), env={"MEMORY_CORE_HOME": str(tmp_path / "home")})
+    base = cfg._base or cfg
+    assert base._shape_views  # load_config validated one agent per shape and kept it
+    for agent_id in agents:
+        copied = cfg.for_agent(agent_id)
+        base._shape_views.clear()
+        validated = cfg.for_agent(agent_id)
+        for other in agents:  # templates from the other agents again
+            if other != agent_id:
+                cfg.for_agent(other)
+        copied = cfg.for_agent(agent_id)
+        assert copied is not validated and copied == validated
+        assert copied.model_dump() == validated.model_dump()
+        assert copied.model_fields_set == validated.model_fields_set
+        assert (copied._raw, dict(copied._origins), copied._notices, copied._file_notices, copied._base) == \
+            (validated._raw, dict(validated._origins), validated._notices, validated._file_notices, validated._base)
+    assert cfg.for_agent("w2").workspace == os.path.expanduser("~/ws2") and cfg.for_agent("w2").agent_id == "w2"
+    assert cfg.for_agent("n2").workspace == str(tmp_path) and cfg.for_agent("x2").workspace is None
+    assert cfg.for_agent("w2").store is cfg.for_agent("w3").store  # copies of one template, not validated again
+
+
 def test_for_agent_keeps_model_copy_updates(tmp_path):
     cfg = load_config(env={}, overrides={"agents": {"ops": {"query": {"maxResults": 2}}}})
     moved = cfg.model_copy(update={"workspace": str(tmp_path)})

@@ -138,6 +138,19 @@ def test_the_runner_serves_the_agent_due_earliest_and_never_one_agent_twice():
     assert q.take(100.0) == ("a", None)
 
 
+def test_dropped_agents_leave_the_queue_not_only_its_index():
+    # a closed agent must not stay referenced (with everything it holds) until its due time
+    q = DueQueue()
+    for i in range(500):
+        q.push(f"agent{i}", 30.0 + i)
+    assert q.head() == 30.0
+    q.drop([f"agent{i}" for i in range(0, 500, 2)] + [f"agent{i}" for i in range(1, 400, 2)])
+    assert len(q) == 50 and len(q._heap) <= 2 * 50 + 64
+    assert all(key in ("agent" + str(i) for i in range(401, 500, 2)) for _due, _seq, key in q._heap)
+    taken = [q.take(1e9)[0] for _ in range(50)]
+    assert taken == [f"agent{i}" for i in range(401, 500, 2)] and q.take(1e9) == (None, None)
+
+
 def test_a_due_time_moved_later_comes_up_early_and_an_earlier_one_wins():
     q = DueQueue()
     q.push("a", 10.0)

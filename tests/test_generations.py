@@ -289,6 +289,26 @@ def test_killed_worker_mid_search_gives_typed_error_and_releases_the_lease(db, p
     assert [h[0] for h in res["results"][0]] == ["memory/a.md#0:alpha old fact"]
 
 
+def test_a_worker_loads_sqlite_vec_on_a_cached_reader_only_for_a_task_that_needs_it(db):
+    from workers.tasks import WorkerContext
+
+    path, _w = db
+    ctx = WorkerContext()
+    ident = db_identity(path)
+    keyword_only = ctx.reader(path, ident, vec=False)
+    with pytest.raises(apsw.SQLError, match="vec_version"):
+        keyword_only.execute("SELECT vec_version()").fetchone()
+    with_vec = ctx.reader(path, ident, vec=True)
+    assert with_vec is keyword_only and with_vec.execute("SELECT vec_version()").fetchone()[0]
+    assert ctx.reader(path, ident, vec=False) is with_vec  # loaded once, kept with the connection
+    ctx.drop_reader(path)
+    reopened = ctx.reader(path, ident, vec=False)
+    assert reopened is not with_vec
+    with pytest.raises(apsw.SQLError, match="vec_version"):
+        reopened.execute("SELECT vec_version()").fetchone()
+    ctx.drop_reader(path)
+
+
 def test_pooled_equals_inline_including_vector_rows(db, pool):
     path, w = db
     ops = search_ops("alpha OR beta OR gamma", 2)
