@@ -31,6 +31,8 @@ ProgressFn = Callable[[int, int, str], None]
 EMBED_GROUP_CHUNKS = 64
 DEFAULT_MAX_INPUT_BYTES = 8192
 MAX_RECORDED_PROBLEMS = 200
+# a sync that wrote at least 1/FTS_OPTIMIZE_SHARE of the index merges its FTS b-trees into one
+FTS_OPTIMIZE_SHARE = 4
 
 
 class ScanFailed(MemoryCoreError):
@@ -459,6 +461,10 @@ def _report(writer: IndexWriter, summary: IndexSummary, problems: list[dict[str,
     counts = writer.counts()
     summary.files = counts["files"]
     summary.chunks = counts["chunks"]
+    if summary.chunks_written and summary.chunks_written * FTS_OPTIMIZE_SHARE >= summary.chunks:
+        # a first index, a rebuild or a large change: one FTS b-tree again (smaller syncs leave
+        # FTS5's own merging to it; their cost stays proportional to what they wrote)
+        writer.optimize_fts()
     summary.problems = problems[:MAX_RECORDED_PROBLEMS]
     entry_paths = {path for _, path in plan.scanned}
     summary.skipped = len({p["path"] for p in problems if p["path"] not in entry_paths})

@@ -131,7 +131,7 @@ def _unicode61_key(term: str) -> str:
 @functools.lru_cache(maxsize=4096)
 def canonical_forms(term: str, tokenizer: str | None) -> tuple[str, ...]:
     """The distinct NFC/NFD spellings of ``term`` that the FTS tokenizer would not fold together."""
-    if not tokenizer:
+    if not tokenizer or term.isascii():  # ASCII is its own NFC and NFD: one form
         return (term,)
     seen: set[str] = set()
     out: list[str] = []

@@ -102,6 +102,19 @@ class IndexWriter(WriterConnection):
         }
 
     @_serialized
+    def optimize_fts(self) -> None:
+        """Merge each FTS5 index into one b-tree (FTS5 ``optimize``). A sync writes one b-tree per
+        source and FTS5 merges only groups of four, so a freshly built index is left with a dozen or
+        more, and every MATCH looks each term up in each of them: a long query's statements took
+        5-7x longer than over one b-tree. Same rows, same bm25 ranks; readers keep their snapshot."""
+        if not self.fts_available:
+            return
+        conn = self._c()
+        with schema.write_tx(conn):
+            for table in ("memory_index_chunks_fts", "memory_index_paths_fts"):
+                conn.execute(f"INSERT INTO {table}({table}) VALUES('optimize')")
+
+    @_serialized
     def has_semantic_chunks(self) -> bool:
         row = self._c().execute(
             "SELECT 1 FROM memory_index_chunks WHERE model != ? LIMIT 1", (FTS_ONLY_MODEL,)
