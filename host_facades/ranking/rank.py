@@ -324,8 +324,25 @@ def compute_mmr_score(relevance: float, max_similarity: float, lam: float) -> fl
     return lam * relevance - (1 - lam) * max_similarity
 
 
-def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float], text: Callable[[Any], str]) -> list[Any]:
-    """Greedy MMR reorder (never drops items); ties go to the higher original score."""
+LAZY_MMR_ROWS = 8  # picks whose similarity rows are computed one by one before the whole matrix
+
+
+def _similarity_row(sets: Sequence[frozenset[str]], b: int, others: Sequence[int]) -> dict[int, float]:
+    """Row ``b`` of :func:`similarity_matrix` at ``others`` only (the same float32 values)."""
+    a = sets[b]
+    row = {}
+    for i in others:
+        inter = len(a & sets[i])
+        union = len(a) + len(sets[i]) - inter
+        row[i] = float(np.float32(inter) / np.float32(union)) if union > 0 else 1.0
+    return row
+
+
+def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float], text: Callable[[Any], str],
+               done: Callable[[Any], bool] | None = None) -> list[Any]:
+    """Greedy MMR reorder (never drops items); ties go to the higher original score. ``done(item)``
+    is told each pick in order; once it answers True the rest keeps its input order (a caller that
+    needs only a prefix of the order): the picks so far are exactly the full reorder's first ones."""
     lam = min(1.0, max(0.0, lam))
     items = list(items)
     if len(items) <= 1:
@@ -335,7 +352,9 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
     scores = [score(it) for it in items]
     lo, hi = min(scores), max(scores)
     rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
-    sim = similarity_matrix([mmr_tokenize(text(it)) for it in items])
+    sets = [mmr_tokenize(text(it)) for it in items]
+    # a caller that may stop early gets each pick's row alone (a few rows cost less than the matrix)
+    sim = similarity_matrix(sets) if done is None else None
     remaining = list(range(len(items)))
     # max similarity to the already selected items, updated with each new pick: O(n^2) overall
     max_sim = [0.0] * len(items)
@@ -349,7 +368,11 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
                 best, best_val = i, val
         selected.append(best)
         remaining.remove(best)
-        row = sim[best]
+        if done is not None and done(items[best]):
+            return [items[i] for i in selected] + [items[i] for i in remaining]
+        if sim is None and len(selected) > LAZY_MMR_ROWS:  # a long prefix after all: the matrix is cheaper
+            sim = similarity_matrix(sets)
+        row = sim[best] if sim is not None else _similarity_row(sets, best, remaining)
         for i in remaining:
             if row[i] > max_sim[i]:
                 max_sim[i] = row[i]
@@ -558,9 +581,13 @@ def _tiebreak(c: Candidate) -> tuple:
 
 
 def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int = 2,
-                vector_full: bool = False, keyword_full: bool = False) -> list[Candidate]:
+                vector_full: bool = False, keyword_full: bool = False,
+                need: tuple[int, float] | None = None) -> list[Candidate]:
     """Score, adjust and order merged candidates (upstream `memory/hybrid.ts` with the chosen fusion);
-    ``vector_full`` / ``keyword_full``: the vector / BM25 search returned as many hits as it was asked for."""
+    ``vector_full`` / ``keyword_full``: the vector / BM25 search returned as many hits as it was asked for.
+    ``need = (max_results, min_score)``: only the order up to the ``max_results``-th candidate at or
+    above ``min_score`` matters (:func:`select_hybrid` then takes exactly those): MMR stops there and
+    the rest keeps its pre-MMR order (positions past it are not MMR's)."""
     now_ms = opts.now_ms
     active = prepare_active_project_keys(opts.active_project_keys)
     assign_keyword_order(candidates, keyword_full=keyword_full)
@@ -597,12 +624,25 @@ def rank_hybrid(candidates: list[Candidate], opts: RankingOptions, *, lists: int
                          key=lambda c: (-c.score, -c.rank_score, -c.lexical_rank, *_tiebreak(c))))
     out: list[Candidate] = []
     for tier, group in zip((3, 2, 1, 0), groups):
-        if opts.mmr_enabled:
+        left = None if need is None else need[0] - sum(1 for c in out if c.score >= need[1])
+        if opts.mmr_enabled and (left is None or left > 0):
             rel = (lambda c: c.rank_score) if tier else (lambda c: c.score)
-            group = mmr_rerank(group, lam=opts.mmr_lambda, score=rel, text=lambda c: c.snippet)
+            group = mmr_rerank(group, lam=opts.mmr_lambda, score=rel, text=lambda c: c.snippet,
+                               done=None if need is None else _countdown(left, need[1]))
         out.extend(group)
     _mark_positions([c for g in groups for c in g], out)
     return out
+
+
+def _countdown(left: int, min_score: float) -> Callable[[Candidate], bool]:
+    """``done`` for :func:`mmr_rerank`: True once ``left`` picks scored at or above ``min_score``."""
+    box = [left]
+
+    def done(c: Candidate) -> bool:
+        box[0] -= c.score >= min_score
+        return box[0] <= 0
+
+    return done
 
 
 def rank_keyword_only(candidates: list[Candidate], opts: RankingOptions) -> list[Candidate]:
@@ -716,10 +756,12 @@ def rank_and_select(
     max_results: int,
     min_score: float,
     limit: int | None = None,
+    selected_only: bool = False,
 ) -> tuple[list[Candidate], list[Candidate], bool]:
     """Merge, adjust, order and select (upstream `memory/manager.ts`, `memory/hybrid.ts`); ``limit`` is how
     many hits the
-    vector and the BM25 search were each asked for (None: unknown).
+    vector and the BM25 search were each asked for (None: unknown). ``selected_only``: the caller
+    uses only the selection, so the hybrid order past it is not computed (``rank_hybrid``'s ``need``).
 
     Returns ``(selected, ordered, vector_mode)``; ``vector_mode`` says whether hits carry a vector score.
     """
@@ -738,7 +780,8 @@ def rank_and_select(
     cands = attach_metadata(union_candidates(vec, kw), metadata)
     vector_full = limit is not None and len(vec) >= limit
     keyword_full = limit is not None and sum(1 for h in kw if float(h.get("text_score", 0.0)) > 0) >= limit
-    ordered = rank_hybrid(cands, opts, lists=2, vector_full=vector_full, keyword_full=keyword_full)
+    ordered = rank_hybrid(cands, opts, lists=2, vector_full=vector_full, keyword_full=keyword_full,
+                          need=(max_results, min_score) if selected_only else None)
     keyword_keys = {c.key for c in ordered if c.in_keyword}
     selected = select_hybrid(ordered, max_results=max_results, min_score=min_score, keyword_keys=keyword_keys)
     return selected, ordered, True

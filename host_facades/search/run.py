@@ -97,7 +97,7 @@ def run_search(conn: apsw.Connection, req: SearchRequest, *, revision: int | Non
     t3 = time.perf_counter()
     selected, ordered, vector_mode = ranking.rank_and_select(
         mode=mode, keyword_hits=kw_hits, vector_hits=vector, metadata=meta, opts=ranking_options(req),
-        max_results=req.max_results, min_score=req.min_score, limit=req.candidates)
+        max_results=req.max_results, min_score=req.min_score, limit=req.candidates, selected_only=not details)
     hits = tuple([hit_row(c, vector_mode=vector_mode) for c in selected])
     if not details:
         return SearchReply(mode=mode, hits=hits, tokenizer=tokenizer, revision=revision)
