@@ -246,12 +246,16 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
 
 
 _ASCII_WORD_TOKEN = re.compile(r"[a-z0-9_]+")
+# every other ASCII character as a space: ``lowered_ascii.translate(ASCII_SEPARATORS).split()`` is
+# ``_ASCII_WORD_TOKEN.findall(lowered_ascii)`` (the same runs, in order) in half the time
+ASCII_SEPARATORS = str.maketrans({chr(i): " " for i in range(128)
+                                  if not (chr(i).islower() or chr(i).isdigit() or chr(i) == "_")})
 
 
 def lower_tokens(text: str) -> list[str]:
     low = text.lower()
     if low.isascii():
-        return _ASCII_WORD_TOKEN.findall(low)
+        return low.translate(ASCII_SEPARATORS).split()
     return word_tokens(unicodedata.normalize("NFC", low))
 
 
