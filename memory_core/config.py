@@ -516,6 +516,11 @@ class MemoryCoreConfig(_Model):
         return self.provider != "none" and self.store.vector.enabled
 
     @property
+    def search_mode(self) -> str:
+        """What a search of this configuration is, as OpenClaw names it: ``hybrid`` or ``fts-only``."""
+        return "hybrid" if self.vectors_enabled else "fts-only"
+
+    @property
     def candidate_limit(self) -> int:
         """min(200, max(1, floor(maxResults x candidateMultiplier))) (upstream `memory/manager.ts`)."""
         return min(200, max(1, math.floor(self.query.max_results * self.query.hybrid.candidate_multiplier)))

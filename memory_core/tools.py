@@ -299,7 +299,7 @@ class MemoryTools:
             return hits
 
         finished, hits, error = _run_with_deadline(full_search, self.timeout_ms / 1000)
-        mode = "hybrid" if self.config.vectors_enabled else "fts-only"
+        mode = self.config.search_mode
         partial: str | None = None
         if error is not None:
             reason = error.message if isinstance(error, MemoryCoreError) else (str(error) or type(error).__name__)

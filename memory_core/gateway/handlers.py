@@ -163,9 +163,6 @@ class MemoryService:
         except Exception:  # noqa: BLE001 - the provider's open answers with its own (path-free) error
             pass
 
-    def search_mode(self, agent_id: str) -> str:
-        return "hybrid" if self.agent_config(agent_id).vectors_enabled else "fts-only"
-
     def close(self) -> None:
         with self._lock:
             self.runtime.close_all()
@@ -230,8 +227,7 @@ class MemoryMethods:
             return await self.search_v1_legacy(request, agent_id, owner.runtime)
         # An open engine is a dict lookup; an agent not open yet is opened (which may index) in the
         # search's own thread, one hop off the event loop for both
-        opened = self.service.runtime.opened_core(agent_id)
-        core = opened
+        core = self.service.runtime.opened_core(agent_id)
 
         def search() -> tuple[list[Any], dict[str, Any] | None]:
             nonlocal core
@@ -255,7 +251,7 @@ class MemoryMethods:
         payload: dict[str, Any] = {
             "agentId": agent_id,
             "provider": cfg.provider,
-            "searchMode": "hybrid" if cfg.vectors_enabled else "fts-only",
+            "searchMode": cfg.search_mode,
             "results": [v1_result(hit) for hit in hits],
         }
         if isinstance(staleness, dict) and staleness.get("stale"):
