@@ -106,6 +106,74 @@ def test_an_agent_edited_while_closed_syncs_before_its_first_answer(tmp_path, mo
         service.close()
 
 
+def test_a_request_that_opens_an_agent_waits_for_a_catch_up_sync_already_running(tmp_path, monkeypatch):
+    """The race: the catch-up sync of an agent opened by a request may already have taken the changed
+    paths when the request looks (nothing dirty, the index still behind). Forced here: the catch-up
+    sync is held mid-publish until the request has had every chance to answer; the request must wait
+    for it and answer from the synced index, not answer early (then ``stale`` and without the file)."""
+    import threading
+
+    from memory_core.freshness import Freshness
+
+    cfg = make_agents(tmp_path, 2)
+    service = MemoryService(cfg)
+    try:
+        assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
+    finally:
+        service.close()
+    (tmp_path / "a1" / "memory" / "later.md").write_text("written while the server was down: zebracorn\n")
+
+    held, release = threading.Event(), threading.Event()
+    opened: list = []
+    real_for_core = Freshness.for_core.__func__
+
+    def for_core(cls, core, settings=None):
+        fresh = real_for_core(cls, core, settings)
+        sync = fresh._sync_fn
+
+        def held_sync(paths, reason, force):
+            held.set()
+            assert release.wait(60), "the test never released the catch-up sync"
+            return sync(paths, reason, force)
+
+        fresh._sync_fn = held_sync
+        opened.append(fresh)
+        return fresh
+
+    monkeypatch.setattr(Freshness, "for_core", classmethod(for_core))
+    real_make_core = MemoryService._make_core
+
+    def make_core(cfg, agent_id):
+        core = real_make_core(cfg, agent_id)
+        # the state of the race, forced: the catch-up sync has taken the changed file and runs
+        assert held.wait(60) and core.freshness.is_behind() and not core.freshness.is_dirty()
+        return core
+
+    monkeypatch.setattr(MemoryService, "_make_core", staticmethod(make_core))
+    service = MemoryService(cfg)
+    answers: list = []
+    done = threading.Event()
+
+    def request() -> None:
+        try:
+            hits = service.core("a1").search("zebracorn")
+            answers.append(([h.path for h in hits], hits.staleness))
+        finally:
+            done.set()
+
+    try:
+        threading.Thread(target=request, daemon=True).start()
+        assert held.wait(60)
+        answered_early = done.wait(2.0)  # a request that does not wait answers at once (before the release)
+        release.set()
+        assert done.wait(60)
+        assert not answered_early
+        assert answers == [(["memory/later.md"], None)]
+    finally:
+        release.set()
+        service.close()
+
+
 def test_opening_an_agent_over_its_index_opens_the_file_once(tmp_path, monkeypatch):
     """An agent opened over an existing index (a server restart) reads its workspace, identity and
     catch-up facts through one read-only connection (the owner's), which its searches reuse; the

@@ -145,14 +145,18 @@ class MemoryService:
     def core(self, agent_id: str) -> Any:
         """The agent's engine, opened on first use (raises what ``MemoryCore`` raises). An agent
         opened here whose startup catch-up found changes syncs them first (up to
-        :data:`OPEN_SYNC_WAIT_S`), so the request that opened it does not answer from an old index."""
+        :data:`OPEN_SYNC_WAIT_S`), so the request that opened it does not answer from an old index.
+
+        Behind, not only dirty: the catch-up sync may already have taken the changed paths (nothing
+        is dirty while it publishes them), and the index does not hold them until it is done."""
         core = self.runtime.opened_core(agent_id)
         if core is not None:
             return core
         core = self.runtime.core(agent_id)  # agents open in parallel, each once (the runtime's locks)
         fresh = core.freshness
-        if fresh.is_dirty():
-            fresh.request_sync([], reason="open")
+        if fresh.is_behind():
+            if fresh.is_dirty():
+                fresh.request_sync([], reason="open")
             fresh.wait_idle(OPEN_SYNC_WAIT_S)  # still behind after that: the answer says stale
         return core
 
