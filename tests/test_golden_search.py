@@ -3,7 +3,8 @@
 CLI ``search --json``, gateway v1 ``memory.search``, gateway v2 (provider runtime) ``memory.search``
 and the MCP ``memory_search`` tool are run for the fixed queries in ``QUERIES`` against
 ``examples/workspace`` indexed with ``examples/memory-core.toml``, and their JSON text is compared
-byte for byte with ``tests/golden/<surface>.json``.
+byte for byte with ``tests/golden/<surface>.json`` (the hybrid goldens' decimals up to the
+embedding model's float32 noise on another kind of CPU, ``EMBEDDING_NOISE``).
 
 Held fixed rather than normalised: the workspace is copied with every file's mtime set to
 ``FILE_MTIME_S`` (sources report it as ``sourceMtime`` / ``observedAt``), and the search engine's
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -133,9 +136,37 @@ def _check(surface: str, outputs: dict[str, str]) -> None:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
     assert path.exists(), f"{path} is missing: run with MEMORY_CORE_UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(encoding="utf-8"), (
+    golden = path.read_text(encoding="utf-8")
+    if surface.startswith("hybrid_") and text != golden:
+        text = _within_embedding_noise(text, golden)
+    assert text == golden, (
         f"{surface} output differs from {path}; if the change is intended, regenerate with "
         "MEMORY_CORE_UPDATE_GOLDEN=1 and review the diff")
+
+
+_DECIMAL = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
+# Relative. Seen between the machine that recorded the goldens and an AMD EPYC (AVX2, no AVX-512)
+# with the same packages: 8.5e-7 at most over the 3,570 numbers of the hybrid goldens.
+EMBEDDING_NOISE = 1e-5
+
+
+def _within_embedding_noise(text: str, golden: str) -> str:
+    """``text`` with each decimal number replaced by the golden's where they differ by noise.
+
+    The hybrid goldens recorded on one machine failed on another (an AMD EPYC with AVX2) and in CI:
+    hybrid scores differ in the 7th-8th decimal (0.7760678052902221 vs 0.7760677635669708), and
+    numpy 2.3/2.4, faiss 1.13/1.15 and onnxruntime 1.31/1.32 all give the second value there, so
+    it comes from the machine (most likely onnxruntime's and BLAS's kernels, chosen by the CPU's
+    instruction set), not from a package version that could be pinned. Everything
+    else (the text around the numbers, hit order, line numbers) must still be byte-identical, and a
+    number further off than ``EMBEDDING_NOISE`` stays as it is, so the comparison reports it."""
+    ours, theirs = _DECIMAL.findall(text), _DECIMAL.findall(golden)
+    if len(ours) != len(theirs) or _DECIMAL.sub("#", text) != _DECIMAL.sub("#", golden):
+        return text
+    replacement = iter(
+        g if math.isclose(float(o), float(g), rel_tol=EMBEDDING_NOISE, abs_tol=EMBEDDING_NOISE) else o
+        for o, g in zip(ours, theirs))
+    return _DECIMAL.sub(lambda _: next(replacement), text)
 
 
 def _cli_outputs(cfg: Path, ws: Path, capsys, *flags: str) -> dict[str, str]:
@@ -209,3 +240,13 @@ def test_mcp_memory_search_is_golden(frozen):
     finally:
         tools.close()
     _check(_name(mode, "mcp_search"), outputs)
+
+
+def test_only_embedding_noise_is_let_through():
+    golden = '{"score": 0.7760678052902221, "line": 3, "text": "v1.25"}'
+    assert _within_embedding_noise(golden.replace("0.7760678052902221", "0.7760677635669708"),
+                                   golden) == golden
+    for changed in (golden.replace("0.7760678052902221", "0.7761"),  # a real change of a score
+                    golden.replace('"line": 3', '"line": 4'),  # not a decimal: exact
+                    golden.replace("0.7760678052902221", "0.7760678") + " "):  # more than a number
+        assert _within_embedding_noise(changed, golden) != golden
