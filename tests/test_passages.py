@@ -165,3 +165,4 @@ def test_float32_passage_rows_written_before_migration_4_still_count(passage_ind
                          " AND seq = ?", [(encode_vector(decode_int8(b, s)), c, q) for c, q, b, s in rows])
     assert _search(path, emb.vector("harps flutes"), backend) == [
         ("harps.md", 0.5), ("long.md", 0.426401), ("kiwi.md", 0.0)]
+

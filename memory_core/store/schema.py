@@ -130,11 +130,15 @@ MIGRATIONS: list[str] = [
 ]
 
 # FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in
-# step by triggers, so every writer path maintains them without extra code.
+# step by triggers, so every writer path maintains them without extra code. The chunk FTS table is
+# external-content: its columns are read from the chunk row of that rowid, so the text is stored
+# once (an index created before this keeps its own copy, and its plain delete trigger, until
+# `memory-core index --force` rebuilds it); its delete trigger hands FTS5 the values it indexed.
 _FTS_SQL = """
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_index_chunks_fts USING fts5(
     text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
-    start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}'
+    start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}',
+    content='memory_index_chunks', content_rowid='chunk_rowid'
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_index_paths_fts USING fts5(
     path, source UNINDEXED, tokenize='{tok}'
@@ -144,7 +148,10 @@ CREATE TRIGGER IF NOT EXISTS memory_index_chunks_fts_ins AFTER INSERT ON memory_
     VALUES (new.chunk_rowid, new.text, new.id, new.path, new.source, new.model, new.start_line, new.end_line);
 END;
 CREATE TRIGGER IF NOT EXISTS memory_index_chunks_fts_del AFTER DELETE ON memory_index_chunks BEGIN
-    DELETE FROM memory_index_chunks_fts WHERE rowid = old.chunk_rowid;
+    INSERT INTO memory_index_chunks_fts(memory_index_chunks_fts, rowid, text, id, path, source, model,
+        start_line, end_line)
+    VALUES ('delete', old.chunk_rowid, old.text, old.id, old.path, old.source, old.model, old.start_line,
+        old.end_line);
 END;
 CREATE TRIGGER IF NOT EXISTS memory_index_paths_fts_ins AFTER INSERT ON memory_index_sources BEGIN
     INSERT INTO memory_index_paths_fts(rowid, path, source) VALUES (new.id, new.path, new.source);
@@ -284,6 +291,13 @@ def ensure_vec_table(conn: apsw.Connection, dims: int) -> None:
             " WHERE length(embedding) = ?",
             (int(dims) * 4,),
         )
+
+
+def release_free_pages(conn: apsw.Connection) -> None:
+    """Give the file's free pages back to the file system, on a database created with incremental
+    auto-vacuum (older ones keep their free pages for later writes)."""
+    if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2:
+        conn.execute("PRAGMA incremental_vacuum").fetchall()
 
 
 def read_revision(conn: apsw.Connection) -> int:
