@@ -343,12 +343,12 @@ class IndexOwner(IndexIdentity):
         return summary
 
     def _probe_readonly(self) -> None:
-        """Read what a rebuild reads from the live index (meta, source rows) on a read-only connection;
-        raises what reading an unreadable file raises."""
+        """Read what a rebuild reads from the live index (meta, source rows, after the first row of
+        every table and index) on a read-only connection; raises what reading an unreadable file raises."""
         from host_facades.db.sqlite_read import open_readonly
 
         try:
-            conn = open_readonly(self.db_path, load_vec=False)
+            conn = open_readonly(self.db_path, load_vec=False, check_pages=True)
         except FileNotFoundError:
             return
         try:

@@ -114,10 +114,12 @@ class WriterConnection:
         with index_errors(self.db_path):
             created = not os.path.exists(self.db_path)
             if not created:
-                # read the header without write access first: a read-write open of a file that is no
-                # database may already remove its -wal/-shm, which `index --force` keeps with it
+                # read the file without write access first: a read-write open of a file that is no
+                # database may already remove its -wal/-shm, which `index --force` keeps with it. The
+                # header and schema can all be on page 1, so the first row of every table and index
+                # is read too: damaged pages after it fail here, not in the first sync
                 with contextlib.suppress(FileNotFoundError):
-                    open_readonly(self.db_path, load_vec=False).close()
+                    open_readonly(self.db_path, load_vec=False, check_pages=True).close()
             else:
                 create_private_file(self.db_path)  # 0600 whatever the umask; -wal/-shm get its mode
             conn = apsw.Connection(self.db_path)
