@@ -381,3 +381,21 @@ def test_an_index_with_its_own_fts_text_copy_keeps_working_and_a_new_one_stores_
     conn = apsw.Connection(new_path)
     assert (conn.execute("PRAGMA page_size").fetchone()[0], conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == (16384, 2)
     conn.close()
+
+
+def test_the_wal_is_checkpointed_by_bytes_whatever_the_page_size(tmp_path):
+    old_path = str(tmp_path / "old.sqlite")
+    conn = apsw.Connection(old_path)  # as an older release created it: 4 KiB pages
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    got = {}
+    for name, path in (("old", old_path), ("new", str(tmp_path / "new.sqlite"))):
+        w = IndexWriter(path)
+        try:
+            c = w.connection()
+            got[name] = tuple(c.execute(f"PRAGMA {p}").fetchone()[0]
+                              for p in ("page_size", "wal_autocheckpoint", "journal_size_limit"))
+        finally:
+            w.close()
+    assert got == {"old": (4096, 1000, 4_096_000), "new": (16384, 250, 4_096_000)}

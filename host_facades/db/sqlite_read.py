@@ -20,9 +20,12 @@ from host_facades.db.sqlite_ext import load_sqlite_vec
 SQLITE_IDLE_HANDLE_TTL_S = 30 * 60
 BUSY_TIMEOUT_MS = 5000
 # Readers map the database file (``PRAGMA mmap_size``) instead of copying each page with a pread
-# into a private page cache: the pages are the kernel's page cache, shared by every worker. Safe
-# for memory-core's files: the writer never shrinks a file in place (no VACUUM; a full reindex
-# swaps in a new file). ``MEMORY_CORE_READ_MMAP_BYTES=0`` turns it off.
+# into a private page cache: the pages are the kernel's page cache, shared by every worker. The
+# writer does shrink a file in place (incremental auto-vacuum after a sync frees pages, and a WAL
+# checkpoint truncates the file to match). Mapped readers stay safe: a reader reads no page past
+# the database size of its own snapshot, and a checkpoint truncates the file only once every frame
+# is copied back, which no reader of an older snapshot lets happen (SQLite's WAL read locks).
+# ``MEMORY_CORE_READ_MMAP_BYTES=0`` turns it off.
 READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)))
 
 
