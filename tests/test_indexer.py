@@ -187,9 +187,9 @@ def test_index_embeds_passages_of_chunks_of_three_lines_or_more_and_reuses_them(
             "buy oat milk and coffee", "one line about rockets\n",
             "the deploy train leaves on friday\nthe dentist moved to tuesday\n", LONG_NOTE,
             "the dentist moved to tuesday", "the deploy train leaves on friday"])
-        # one byte per dimension (8 dims) and a scale (schema migration 4)
+        # one byte per dimension (8 dims) and a scale (schema migration 4), keyed by chunk rowid (5)
         assert rows(core, "SELECT c.path, p.seq, length(p.embedding), p.scale > 0 FROM memory_index_passage_vectors p"
-                          " JOIN memory_index_chunks c ON c.id = p.chunk_id ORDER BY p.seq") == [
+                          " JOIN memory_index_chunks c ON c.chunk_rowid = p.chunk_rowid ORDER BY p.seq") == [
             ("memory/long.md", 0, 8, 1), ("memory/long.md", 1, 8, 1), ("memory/long.md", 2, 8, 1)]
         # every chunk vector is kept once, in its chunk row: the cache table holds none of them
         assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(0,)]

@@ -25,6 +25,7 @@ import apsw
 import numpy as np
 
 from host_facades.db.vectors import decode_int8, decode_vector, encode_vector
+from host_facades.retrieval.vector_state import passage_join
 from memory_core.store import schema
 
 T = TypeVar("T")
@@ -81,8 +82,8 @@ class EmbeddingCache:
 
     @staticmethod
     def _passages_in(conn: apsw.Connection, model: str, wanted: dict[str, bytes]) -> dict[str, np.ndarray]:
-        cols = {r[1] for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)")}
-        if "scale" not in cols:
+        layout = passage_join(conn)  # the seed index may be from before schema migration 5
+        if layout is None or layout[1] == "NULL":
             return {}  # none, or float32 ones from before schema migration 4: embedded again
         found: dict[tuple[str, str], list[np.ndarray]] = {}
         hashes = list(wanted)
@@ -90,7 +91,7 @@ class EmbeddingCache:
             part = hashes[i:i + _IN_BATCH]
             for h, cid, blob, codes, scale in conn.execute(
                 "SELECT c.hash, c.id, c.embedding, p.embedding, p.scale FROM memory_index_chunks c"
-                " JOIN memory_index_passage_vectors p ON p.chunk_id = c.id"
+                f" JOIN memory_index_passage_vectors p ON {layout[0]}"
                 f" WHERE c.model = ? AND c.hash IN ({','.join('?' * len(part))}) AND p.scale IS NOT NULL"
                 " ORDER BY c.id, p.seq", (model, *part)):
                 if blob == wanted[h]:

@@ -127,6 +127,23 @@ MIGRATIONS: list[str] = [
     ALTER TABLE memory_index_passage_vectors ADD COLUMN scale REAL;
     CREATE INDEX IF NOT EXISTS idx_memory_index_chunks_hash ON memory_index_chunks(hash);
     """,
+    # 5: passage rows keyed by their chunk's rowid, the table clustered on that key: the 64-character
+    # chunk id was stored in each row and again in the primary-key index. Readers take either layout
+    # (host_facades.retrieval.vector_state.passage_join).
+    """
+    CREATE TABLE memory_index_passage_vectors_v5 (
+        chunk_rowid INTEGER NOT NULL REFERENCES memory_index_chunks(chunk_rowid) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        embedding BLOB NOT NULL,
+        scale REAL,
+        PRIMARY KEY (chunk_rowid, seq)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO memory_index_passage_vectors_v5(chunk_rowid, seq, embedding, scale)
+        SELECT c.chunk_rowid, p.seq, p.embedding, p.scale FROM memory_index_passage_vectors p
+        JOIN memory_index_chunks c ON c.id = p.chunk_id;
+    DROP TABLE memory_index_passage_vectors;
+    ALTER TABLE memory_index_passage_vectors_v5 RENAME TO memory_index_passage_vectors;
+    """,
 ]
 
 # FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in
