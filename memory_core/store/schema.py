@@ -127,8 +127,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE memory_index_passage_vectors ADD COLUMN scale REAL;
     CREATE INDEX IF NOT EXISTS idx_memory_index_chunks_hash ON memory_index_chunks(hash);
     """,
-    # 5: passage rows keyed by their chunk's rowid, the table clustered on that key: the 64-character
-    # chunk id was stored in each row and again in the primary-key index. Readers take either layout
+    # 5: passage rows keyed by their chunk's rowid: the 64-character chunk id was stored in each row
+    # and again in the primary-key index. A rowid table, not WITHOUT ROWID: a row holds an int8
+    # vector (1.5 KB at 1536 dims), past what a WITHOUT ROWID leaf keeps on a 4 KiB page (~1 KB;
+    # the rest would take an overflow page a row). Readers take either layout
     # (host_facades.retrieval.vector_state.passage_join).
     """
     CREATE TABLE memory_index_passage_vectors_v5 (
@@ -137,7 +139,7 @@ MIGRATIONS: list[str] = [
         embedding BLOB NOT NULL,
         scale REAL,
         PRIMARY KEY (chunk_rowid, seq)
-    ) STRICT, WITHOUT ROWID;
+    ) STRICT;
     INSERT INTO memory_index_passage_vectors_v5(chunk_rowid, seq, embedding, scale)
         SELECT c.chunk_rowid, p.seq, p.embedding, p.scale FROM memory_index_passage_vectors p
         JOIN memory_index_chunks c ON c.id = p.chunk_id;
