@@ -198,6 +198,7 @@ def test_an_index_with_passages_keyed_by_chunk_id_is_searched_then_migrated(pass
     try:
         conn = w.connection()
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the old table's pages went back
         assert [r[1] for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)")] == [
             "chunk_rowid", "seq", "embedding", "scale"]
         assert [tuple(r) for r in conn.execute(

@@ -229,7 +229,7 @@ def write_tx(conn: apsw.Connection) -> Iterator[None]:
 def migrate(conn: apsw.Connection) -> int:
     """Apply pending numbered migrations; returns the schema version now in force. Each step
     re-reads the version under the write lock: another process may have applied it meanwhile."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    version = start = int(conn.execute("PRAGMA user_version").fetchone()[0])
     for number, sql in enumerate(MIGRATIONS, start=1):
         if number <= version:
             continue
@@ -238,6 +238,8 @@ def migrate(conn: apsw.Connection) -> int:
                 conn.execute(sql)
                 conn.execute(f"PRAGMA user_version={number}")
         version = number
+    if start and version > start:  # a table a step rebuilt left its old pages free
+        release_free_pages(conn)
     return version
 
 
