@@ -192,11 +192,15 @@ def _embedded_texts(db: str) -> tuple[list[str], int, int]:
     import apsw
 
     from host_facades.chunking.pipeline import split_passages
+    from host_facades.retrieval.vector_state import passage_join
 
     conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
     try:
         chunks = [(cid, t) for cid, t in conn.execute("SELECT id, text FROM memory_index_chunks ORDER BY rowid")]
-        stored = {cid for (cid,) in conn.execute("SELECT DISTINCT chunk_id FROM memory_index_passage_vectors")}
+        layout = passage_join(conn)
+        stored = {cid for (cid,) in conn.execute(
+            "SELECT DISTINCT c.id FROM memory_index_passage_vectors p JOIN memory_index_chunks c ON"
+            f" {layout[0]}")} if layout is not None else set()
     finally:
         conn.close()
     texts = [t for _, t in chunks]

@@ -93,7 +93,10 @@ class IndexOwner(IndexIdentity):
         cfg = self.config
         return {
             "fts_tokenizer": cfg.store.fts.tokenizer,
-            "vector_enabled": cfg.store.vector.enabled and cfg.provider != "none",
+            # the sqlite-vec table is one more float32 copy of every chunk vector: kept only for the
+            # backend that searches it (the others search the chunk vectors themselves)
+            "vector_enabled": (cfg.store.vector.enabled and cfg.provider != "none"
+                               and cfg.store.vector.backend == "sqlite-vec"),
             "extension_path": cfg.store.vector.extension_path,
             "cache_enabled": cfg.cache.enabled,
             "cache_max_entries": cfg.cache.max_entries,
@@ -252,6 +255,7 @@ class IndexOwner(IndexIdentity):
             dims = writer.vec_dims
             if dims is not None and meta.get("vectorDims") is None:
                 writer.write_meta({**meta, "vectorDims": dims})
+            writer.cache.settle()  # cached vectors the sync published as chunk rows: kept once
             record_workspace(writer, self.workspace)
             record_last_sync(writer, summary)
             return summary
@@ -285,6 +289,7 @@ class IndexOwner(IndexIdentity):
             dims = getattr(provider, "dims", None)
         writer.write_meta(self.expected_identity(dims=dims) if provider is not None
                           else index_identity(self.config, None))
+        writer.cache.settle()  # under the identity just recorded: cached vectors now in chunk rows go
         record_workspace(writer, self.workspace)
         record_last_sync(writer, summary)
 
@@ -338,12 +343,12 @@ class IndexOwner(IndexIdentity):
         return summary
 
     def _probe_readonly(self) -> None:
-        """Read what a rebuild reads from the live index (meta, source rows) on a read-only connection;
-        raises what reading an unreadable file raises."""
+        """Read what a rebuild reads from the live index (meta, source rows, after the first row of
+        every table and index) on a read-only connection; raises what reading an unreadable file raises."""
         from host_facades.db.sqlite_read import open_readonly
 
         try:
-            conn = open_readonly(self.db_path, load_vec=False)
+            conn = open_readonly(self.db_path, load_vec=False, check_pages=True)
         except FileNotFoundError:
             return
         try:

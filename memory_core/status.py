@@ -149,7 +149,8 @@ def _from_db(core: Any, out: dict[str, Any], *, deep: bool) -> None:
         if out["vector"]["enabled"]:
             ok, version, error = load_sqlite_vec(conn, core.config.store.vector.extension_path)
             out["vector"].update(available=ok, sqlite_vec_version=version, error=error)
-            out["vector"]["dims"] = schema.vec_table_dims(conn)
+            # the sqlite-vec table exists for that backend only; the others search the chunk vectors
+            out["vector"]["dims"] = schema.vec_table_dims(conn) or (meta or {}).get("vectorDims")
         if deep:
             out["integrity"] = str(conn.execute("PRAGMA quick_check").fetchone()[0])
             if out["fts"]["available"]:

@@ -187,16 +187,60 @@ def test_index_embeds_passages_of_chunks_of_three_lines_or_more_and_reuses_them(
             "buy oat milk and coffee", "one line about rockets\n",
             "the deploy train leaves on friday\nthe dentist moved to tuesday\n", LONG_NOTE,
             "the dentist moved to tuesday", "the deploy train leaves on friday"])
-        # one byte per dimension (8 dims) and a scale (schema migration 4); the cache holds the chunks only
+        # one byte per dimension (8 dims) and a scale (schema migration 4), keyed by chunk rowid (5)
         assert rows(core, "SELECT c.path, p.seq, length(p.embedding), p.scale > 0 FROM memory_index_passage_vectors p"
-                          " JOIN memory_index_chunks c ON c.id = p.chunk_id ORDER BY p.seq") == [
+                          " JOIN memory_index_chunks c ON c.chunk_rowid = p.chunk_rowid ORDER BY p.seq") == [
             ("memory/long.md", 0, 8, 1), ("memory/long.md", 1, 8, 1), ("memory/long.md", 2, 8, 1)]
-        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(3,)]
+        # every chunk vector is kept once, in its chunk row: the cache table holds none of them
+        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(0,)]
         calls = len(fake_provider.calls)
         assert calls == 1  # chunks and passages in one call: the provider sees full batches
         core.index(force=True)
         assert len(fake_provider.calls) == calls  # chunks from the cache, passages from the live index
         assert rows(core, "SELECT count(*) FROM memory_index_passage_vectors") == [(3,)]
+
+
+def test_chunk_vectors_are_stored_once_and_edited_away_text_stays_reusable(workspace, fake_provider):
+    write(workspace, "memory/a.md", "harbour pilots board at dawn\n")
+    write(workspace, "memory/b.md", "the ferry timetable changed\n")
+    with core_for(workspace, provider="fake-test") as core:
+        core.index()
+        # the default vector backend searches the chunk vectors: no sqlite-vec copy, no cache copy
+        assert rows(core, "SELECT count(*) FROM sqlite_master WHERE name = 'memory_index_chunks_vec'") == [(0,)]
+        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(0,)]
+        assert core.status()["vector"]["dims"] == 8
+        write(workspace, "memory/a.md", "harbour pilots board at noon\n")
+        core.index()
+        assert fake_provider.embedded[-1:] == ["harbour pilots board at noon\n"]
+        # the replaced text's vector left the index and is in the cache table now, so a revert reuses it
+        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(1,)]
+        calls = len(fake_provider.calls)
+        write(workspace, "memory/a.md", "harbour pilots board at dawn\n")
+        core.index()
+        assert len(fake_provider.calls) == calls
+        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(1,)]  # now the "noon" one
+        (workspace / "memory" / "b.md").unlink()
+        core.index(force=True)  # a rebuild keeps what it leaves out reusable, as the old cache did
+        assert len(fake_provider.calls) == calls
+        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(2,)]
+        write(workspace, "memory/b.md", "the ferry timetable changed\n")
+        core.index()
+        assert len(fake_provider.calls) == calls
+        assert rows(core, "SELECT count(*) FROM memory_embedding_cache") == [(1,)]
+
+
+def test_the_sqlite_vec_backend_gets_its_table_filled_from_the_chunk_vectors(workspace, fake_provider):
+    write(workspace, "memory/a.md", "harbour pilots board at dawn\n")
+    with core_for(workspace, provider="fake-test") as core:
+        core.index()
+    with core_for(workspace, provider="fake-test", store={"vector": {"backend": "sqlite-vec"}}) as core:
+        core.index()
+        if not core.writer.vector_available:
+            pytest.skip(f"sqlite-vec not loadable: {core.writer.vector_error}")
+        assert rows(core, "SELECT count(*) FROM memory_index_chunks_vec") == [(1,)]
+        hits = core.search("harbour pilots", query_vector=fake_provider.embed_batch(
+            ["harbour pilots board at dawn\n"])[0])
+        assert hits[0].path == "memory/a.md" and hits[0].vector_score > 0.99
 
 
 def test_identity_mismatch_pauses_sync_and_cli_index_rebuilds(workspace):

@@ -112,7 +112,8 @@ def test_writer_keeps_passage_rows_only_for_long_chunks_and_drops_them_with_the_
     w, _path, _emb = passage_index
     conn = w.connection()
     rows = lambda: [tuple(r) for r in conn.execute(  # noqa: E731
-        "SELECT c.path, p.seq FROM memory_index_passage_vectors p JOIN memory_index_chunks c ON c.id = p.chunk_id"
+        "SELECT c.path, p.seq FROM memory_index_passage_vectors p JOIN memory_index_chunks c"
+        " ON c.chunk_rowid = p.chunk_rowid"
         " ORDER BY c.path, p.seq")]
     assert rows() == [("memory/long.md", 0), ("memory/long.md", 1), ("memory/long.md", 2)]
     w.delete_source("memory/long.md", "memory")
@@ -158,10 +159,68 @@ def test_float32_passage_rows_written_before_migration_4_still_count(passage_ind
 
     w, path, emb = passage_index
     conn = w.connection()
-    rows = [tuple(r) for r in conn.execute("SELECT chunk_id, seq, embedding, scale FROM memory_index_passage_vectors")]
+    rows = [tuple(r) for r in conn.execute("SELECT chunk_rowid, seq, embedding, scale FROM memory_index_passage_vectors")]
     assert rows and all(len(blob) == 4096 and scale > 0 for _, _, blob, scale in rows)  # int8: 1 byte a dimension
     with conn:
-        conn.executemany("UPDATE memory_index_passage_vectors SET embedding = ?, scale = NULL WHERE chunk_id = ?"
+        conn.executemany("UPDATE memory_index_passage_vectors SET embedding = ?, scale = NULL WHERE chunk_rowid = ?"
                          " AND seq = ?", [(encode_vector(decode_int8(b, s)), c, q) for c, q, b, s in rows])
     assert _search(path, emb.vector("harps flutes"), backend) == [
         ("harps.md", 0.5), ("long.md", 0.426401), ("kiwi.md", 0.0)]
+
+
+
+def _to_layout_before_migration_5(conn) -> None:
+    """Rewrite the passage table as releases before schema migration 5 kept it: keyed by chunk id."""
+    with conn:
+        conn.execute("ALTER TABLE memory_index_passage_vectors RENAME TO p5")
+        conn.execute("CREATE TABLE memory_index_passage_vectors (chunk_id TEXT NOT NULL REFERENCES"
+                     " memory_index_chunks(id) ON DELETE CASCADE, seq INTEGER NOT NULL, embedding BLOB NOT NULL,"
+                     " scale REAL, PRIMARY KEY (chunk_id, seq)) STRICT")
+        conn.execute("INSERT INTO memory_index_passage_vectors SELECT c.id, p.seq, p.embedding, p.scale FROM p5 p"
+                     " JOIN memory_index_chunks c ON c.chunk_rowid = p.chunk_rowid")
+        conn.execute("DROP TABLE p5")
+        conn.execute("PRAGMA user_version=4")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sqlite-vec", "scan"])
+def test_an_index_with_passages_keyed_by_chunk_id_is_searched_then_migrated(passage_index, backend):
+    w, path, emb = passage_index
+    conn = w.connection()
+    before = [tuple(r) for r in conn.execute(
+        "SELECT c.id, p.seq, p.embedding, p.scale FROM memory_index_passage_vectors p"
+        " JOIN memory_index_chunks c ON c.chunk_rowid = p.chunk_rowid ORDER BY c.id, p.seq")]
+    assert len(before) == 3
+    _to_layout_before_migration_5(conn)
+    w.close()
+    expected = [("harps.md", 0.5), ("long.md", 0.426401), ("kiwi.md", 0.0)]
+    assert _search(path, emb.vector("harps flutes"), backend) == expected  # read as it is, not migrated
+    w = IndexWriter(path)  # the writer migrates it
+    try:
+        conn = w.connection()
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the old table's pages went back
+        assert [r[1] for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)")] == [
+            "chunk_rowid", "seq", "embedding", "scale"]
+        assert [tuple(r) for r in conn.execute(
+            "SELECT c.id, p.seq, p.embedding, p.scale FROM memory_index_passage_vectors p"
+            " JOIN memory_index_chunks c ON c.chunk_rowid = p.chunk_rowid ORDER BY c.id, p.seq")] == before
+        assert _search(path, emb.vector("harps flutes"), backend) == expected
+        w.delete_source("memory/long.md", "memory")
+        assert conn.execute("SELECT count(*) FROM memory_index_passage_vectors").fetchone()[0] == 0
+    finally:
+        w.close()
+
+
+def test_rows_copied_from_an_index_keyed_by_chunk_id_keep_their_passages(passage_index, tmp_path):
+    from memory_core.store.source_rows import read_rows
+
+    w, path, _emb = passage_index
+    _to_layout_before_migration_5(w.connection())
+    w.close()
+    src = open_readonly(path, load_vec=False)
+    try:
+        rows, _mtime, _size = read_rows(src, "memory/long.md", "memory", model="fake-model")
+    finally:
+        src.close()
+    assert [(cid == rows.chunks[0][0], seq, len(blob), scale > 0) for cid, seq, blob, scale in rows.passages] == [
+        (True, 0, 4096, True), (True, 1, 4096, True), (True, 2, 4096, True)]

@@ -344,3 +344,58 @@ def test_two_processes_syncing_the_same_index_wait_for_each_other(tmp_path):
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
+
+
+def test_an_index_with_its_own_fts_text_copy_keeps_working_and_a_new_one_stores_text_once(tmp_path, monkeypatch):
+    from memory_core.store import schema
+
+    old_sql = schema._FTS_SQL.replace(
+        ",\n    content='memory_index_chunks', content_rowid='chunk_rowid'", "").replace(
+        "INSERT INTO memory_index_chunks_fts(memory_index_chunks_fts, rowid, text, id, path, source, model,\n"
+        "        start_line, end_line)\n    VALUES ('delete', old.chunk_rowid, old.text, old.id, old.path, old.source,"
+        " old.model, old.start_line,\n        old.end_line);",
+        "DELETE FROM memory_index_chunks_fts WHERE rowid = old.chunk_rowid;")
+    assert "content=" not in old_sql and "'delete'" not in old_sql
+    old_path = str(tmp_path / "old.sqlite")
+    with monkeypatch.context() as m:
+        m.setattr(schema, "_FTS_SQL", old_sql)  # as an older release created it
+        w = IndexWriter(old_path)
+        publish(w, "memory/a.md", "lighthouse keeper")
+        w.close()
+    new_path = str(tmp_path / "new.sqlite")
+    for path, stores_text in ((old_path, True), (new_path, False)):
+        w = IndexWriter(path)
+        try:
+            publish(w, "memory/a.md", "harbour pilot")
+            publish(w, "memory/b.md", "lighthouse beam")
+            w.delete_source("memory/b.md", "memory")
+            publish(w, "memory/c.md", "lighthouse keeper")
+            conn = w.connection()
+            conn.execute("INSERT INTO memory_index_chunks_fts(memory_index_chunks_fts) VALUES ('integrity-check')")
+            assert fts(conn, "lighthouse") == [("memory/c.md", "lighthouse keeper")]
+            assert fts(conn, "harbour") == [("memory/a.md", "harbour pilot")]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            assert ("memory_index_chunks_fts_content" in tables) is stores_text
+        finally:
+            w.close()
+    conn = apsw.Connection(new_path)
+    assert (conn.execute("PRAGMA page_size").fetchone()[0], conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == (16384, 2)
+    conn.close()
+
+
+def test_the_wal_is_checkpointed_by_bytes_whatever_the_page_size(tmp_path):
+    old_path = str(tmp_path / "old.sqlite")
+    conn = apsw.Connection(old_path)  # as an older release created it: 4 KiB pages
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    got = {}
+    for name, path in (("old", old_path), ("new", str(tmp_path / "new.sqlite"))):
+        w = IndexWriter(path)
+        try:
+            c = w.connection()
+            got[name] = tuple(c.execute(f"PRAGMA {p}").fetchone()[0]
+                              for p in ("page_size", "wal_autocheckpoint", "journal_size_limit"))
+        finally:
+            w.close()
+    assert got == {"old": (4096, 1000, 4_096_000), "new": (16384, 250, 4_096_000)}

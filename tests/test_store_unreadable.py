@@ -81,6 +81,27 @@ def test_every_command_on_a_corrupt_index_prints_one_error_line_and_keeps_the_fi
     assert db.read_bytes() == bad
 
 
+@pytest.mark.parametrize("tree", ["memory_index_chunks", "idx_memory_index_chunks_hash"])
+def test_opening_the_writer_reads_every_table_and_index(tmp_path, workspace, tree):
+    """Header and schema intact, one table's or index's root page damaged: the writer's open fails
+    with the one error, before any sync reads that page."""
+    db = tmp_path / "index.sqlite"
+    build_index(workspace, db)
+    conn = apsw.Connection(str(db))
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (tree,)).fetchone()[0]
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    data = bytearray(db.read_bytes())
+    data[(root - 1) * page_size:root * page_size] = random.Random(tree).randbytes(page_size)
+    db.write_bytes(bytes(data))
+    cfg = load_config(None, overrides={"pool": {"workers": 0}, "store": {"path": str(db)}})
+    with MemoryCore(str(workspace), config=cfg) as core, pytest.raises(IndexCorrupt) as err:
+        _ = core.writer
+    assert err.value.message == corrupt_message(db, "garbled")
+    assert db.read_bytes() == bytes(data)
+
+
 @pytest.mark.parametrize("kind", ["random", "text", "garbled"])
 def test_index_force_moves_the_corrupt_file_aside_and_rebuilds(tmp_path, workspace, kind):
     home, db, bad = corrupt_index(tmp_path, workspace, kind)

@@ -20,9 +20,12 @@ from host_facades.db.sqlite_ext import load_sqlite_vec
 SQLITE_IDLE_HANDLE_TTL_S = 30 * 60
 BUSY_TIMEOUT_MS = 5000
 # Readers map the database file (``PRAGMA mmap_size``) instead of copying each page with a pread
-# into a private page cache: the pages are the kernel's page cache, shared by every worker. Safe
-# for memory-core's files: the writer never shrinks a file in place (no VACUUM; a full reindex
-# swaps in a new file). ``MEMORY_CORE_READ_MMAP_BYTES=0`` turns it off.
+# into a private page cache: the pages are the kernel's page cache, shared by every worker. The
+# writer does shrink a file in place (incremental auto-vacuum after a sync frees pages, and a WAL
+# checkpoint truncates the file to match). Mapped readers stay safe: a reader reads no page past
+# the database size of its own snapshot, and a checkpoint truncates the file only once every frame
+# is copied back, which no reader of an older snapshot lets happen (SQLite's WAL read locks).
+# ``MEMORY_CORE_READ_MMAP_BYTES=0`` turns it off.
 READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)))
 
 
@@ -101,8 +104,36 @@ def _open_in_readonly_folder(db_path: str, exc: apsw.Error) -> apsw.Connection:
     return _connect(uri, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
 
 
-def open_readonly(db_path: str, *, load_vec: bool = True) -> apsw.Connection:
+def read_every_tree(conn: apsw.Connection) -> None:
+    """Read the first row of every table and every index of ``conn``'s database: the root page and
+    the leftmost leaf of each b-tree. Opening reads only the header and the schema, which can all
+    sit on page 1 (16 KiB pages) while the pages after it are damaged; this makes such a file fail
+    once, at open, instead of in the middle of a sync. Raises what reading a damaged page raises."""
+    conn.execute("BEGIN")  # one read transaction: one snapshot, one lock
+    try:
+        trees = conn.execute("SELECT type, name, tbl_name FROM sqlite_schema"
+                             " WHERE type IN ('table', 'index') AND rootpage > 0").fetchall()
+        for kind, name, table in trees:
+            if kind == "table":
+                conn.execute(f'SELECT 1 FROM "{_ident(name)}" NOT INDEXED LIMIT 1').fetchall()
+                continue
+            try:  # a scan of the index alone (it covers ``SELECT 1``)
+                cur = conn.execute(f'SELECT 1 FROM "{_ident(table)}" INDEXED BY "{_ident(name)}" LIMIT 1')
+            except apsw.SQLError:  # a partial index, which no unconditional query may use: not ours
+                continue
+            cur.fetchall()
+    finally:
+        conn.execute("COMMIT")
+
+
+def _ident(name: str) -> str:
+    return name.replace('"', '""')
+
+
+def open_readonly(db_path: str, *, load_vec: bool = True, check_pages: bool = False) -> apsw.Connection:
     """Open ``db_path`` read-only (``query_only``, busy timeout); sqlite-vec loaded when available.
+    ``check_pages`` also reads the first row of every table and index (:func:`read_every_tree`), for
+    a caller that opens the file once for long (the writer), not for each search.
 
     Raises FileNotFoundError when there is no file and :class:`DatabaseUnreadable` when it cannot
     be read. A database in a read-only folder is readable too (see ``_open_in_readonly_folder``)."""
@@ -116,6 +147,12 @@ def open_readonly(db_path: str, *, load_vec: bool = True) -> apsw.Connection:
                 raise FileNotFoundError(
                     f"memory index database not found: {db_path}; run `memory-core index`") from None
             conn = _open_in_readonly_folder(db_path, exc)
+        if check_pages:
+            try:
+                read_every_tree(conn)
+            except BaseException:
+                conn.close()
+                raise
     except CORRUPT_ERRORS as exc:
         raise DatabaseUnreadable("index_corrupt", corrupt_message(db_path, exc)) from None
     conn.execute("PRAGMA query_only=ON")

@@ -330,17 +330,29 @@ def has_passage_table(conn: apsw.Connection) -> bool:
         "SELECT 1 FROM sqlite_master WHERE name = 'memory_index_passage_vectors'").fetchone() is not None
 
 
+def passage_join(conn: apsw.Connection) -> tuple[str, str] | None:
+    """``(join condition, scale column)`` of the passage table (alias ``p``) with the chunk table
+    (alias ``c``), in the layout this index has, or None when it has no passage table. Rows are keyed
+    by ``chunk_rowid`` since schema migration 5 (by ``chunk_id`` before); the int8 ``scale`` column
+    exists since migration 4 (``NULL`` stands in for it before)."""
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)")}
+    if not cols:
+        return None
+    on = "c.chunk_rowid = p.chunk_rowid" if "chunk_rowid" in cols else "c.id = p.chunk_id"
+    return on, "p.scale" if "scale" in cols else "NULL"
+
+
 def passage_rows(conn: apsw.Connection, where: str = "", params: Sequence[Any] = ()) -> list[tuple]:
     """``(chunk id, source, embedding, chunk_rowid, seq)`` of every passage vector whose chunk has a
     vector and passes ``where`` (SQL on the chunk, alias ``c``); [] on an index without passages.
     ``embedding`` is a canonical float32 BLOB: int8 rows (schema migration 4) are decoded here."""
-    if not has_passage_table(conn):
+    layout = passage_join(conn)
+    if layout is None:
         return []
-    compact = any(r[1] == "scale" for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)"))
+    on, scale = layout
     rows = conn.execute(
-        f"SELECT c.id, c.source, p.embedding, c.chunk_rowid, p.seq, {'p.scale' if compact else 'NULL'}"
-        " FROM memory_index_passage_vectors p"
-        f" JOIN memory_index_chunks c ON c.id = p.chunk_id WHERE length(c.embedding) > 0{where}",
+        f"SELECT c.id, c.source, p.embedding, c.chunk_rowid, p.seq, {scale} FROM memory_index_passage_vectors p"
+        f" JOIN memory_index_chunks c ON {on} WHERE length(c.embedding) > 0{where}",
         list(params)).fetchall()
     return [(cid, src, blob if scale is None else decode_int8(blob, scale).astype(VECTOR_DTYPE).tobytes(), rowid, seq)
             for cid, src, blob, rowid, seq, scale in rows]

@@ -4,18 +4,28 @@
 :class:`EmbeddingCache` is the ``EmbeddingCacheStore`` the indexer embeds through. It lives in the
 index database (table ``memory_embedding_cache``) and writes through its :class:`IndexWriter`'s
 connection and lock; the atomic reindex seeds a rebuild's cache from the live one (:meth:`copy_from`).
+
+A chunk vector is kept once: the vectors of the chunks an index holds are found in its chunk rows
+(under the identity its meta records), so once a sync has published them their cache rows are
+dropped (:meth:`settle`). The table keeps what the index does not hold: vectors of chunks that were
+edited away or deleted (moved there when their rows go, :meth:`keep_deleted`), of other identities,
+and those embedded before their chunks are published.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 
 import apsw
 import numpy as np
 
 from host_facades.db.vectors import decode_int8, decode_vector, encode_vector
+from host_facades.retrieval.vector_state import passage_join
 from memory_core.store import schema
 
 T = TypeVar("T")
@@ -72,8 +82,8 @@ class EmbeddingCache:
 
     @staticmethod
     def _passages_in(conn: apsw.Connection, model: str, wanted: dict[str, bytes]) -> dict[str, np.ndarray]:
-        cols = {r[1] for r in conn.execute("PRAGMA table_info(memory_index_passage_vectors)")}
-        if "scale" not in cols:
+        layout = passage_join(conn)  # the seed index may be from before schema migration 5
+        if layout is None or layout[1] == "NULL":
             return {}  # none, or float32 ones from before schema migration 4: embedded again
         found: dict[tuple[str, str], list[np.ndarray]] = {}
         hashes = list(wanted)
@@ -81,7 +91,7 @@ class EmbeddingCache:
             part = hashes[i:i + _IN_BATCH]
             for h, cid, blob, codes, scale in conn.execute(
                 "SELECT c.hash, c.id, c.embedding, p.embedding, p.scale FROM memory_index_chunks c"
-                " JOIN memory_index_passage_vectors p ON p.chunk_id = c.id"
+                f" JOIN memory_index_passage_vectors p ON {layout[0]}"
                 f" WHERE c.model = ? AND c.hash IN ({','.join('?' * len(part))}) AND p.scale IS NOT NULL"
                 " ORDER BY c.id, p.seq", (model, *part)):
                 if blob == wanted[h]:
@@ -93,11 +103,82 @@ class EmbeddingCache:
 
     def get_many(self, provider: str, model: str, provider_key: str,
                  hashes: Iterable[str]) -> dict[str, np.ndarray]:
-        """Cached vectors for ``hashes`` under one provider identity; misses are absent."""
+        """Cached vectors for ``hashes`` under one provider identity; misses are absent. The chunk
+        rows of this index (and of the index a rebuild was seeded from) count as cached when their
+        index was built under that identity."""
         if not self.enabled:
             return {}
         wanted = list(dict.fromkeys(hashes))
-        return self._writer.serialized(self._get_many, provider, model, provider_key, wanted)
+        ident = (provider, model, provider_key)
+        out = self._writer.serialized(self._get_many, provider, model, provider_key, wanted)
+        if len(out) < len(wanted):
+            out.update(self._writer.serialized(
+                _index_vectors, self._writer.connection(), ident, [h for h in wanted if h not in out]))
+        if self.seed_path and len(out) < len(wanted):
+            with _seed(self.seed_path) as src, contextlib.suppress(apsw.Error):
+                if src is not None:
+                    out.update(_index_vectors(src, ident, [h for h in wanted if h not in out]))
+        return out
+
+    def keep_deleted(self, conn: apsw.Connection, path: str, source: str) -> None:
+        """Before the chunk rows of ``(path, source)`` are deleted (inside the caller's write
+        transaction): their vectors go to the cache table, under the identity the index was built with,
+        so text edited away and back is not embedded again."""
+        ident = _identity(conn) if self.enabled else None
+        if ident is None:
+            return
+        now = int(time.time() * 1000)
+        conn.execute(
+            f"INSERT OR IGNORE INTO memory_embedding_cache({_COLUMNS}) SELECT ?, ?, ?, hash, embedding,"
+            " length(embedding) / 4, ? FROM memory_index_chunks WHERE path = ? AND source = ? AND model = ?"
+            " AND length(embedding) > 0", (*ident, now, path, source, ident[1]))
+
+    def settle(self) -> int:
+        """After a sync published its chunks: keep the vectors of the index a rebuild was seeded from
+        that this one does not hold, then drop the cache rows that repeat a chunk vector of this index
+        (same identity, hash and bytes), and prune. Returns the cache rows dropped."""
+        if not self.enabled:
+            return 0
+        return self._writer.serialized(self._settle)
+
+    def _settle(self) -> int:
+        conn = self._writer.connection()
+        ident = _identity(conn)
+        if self.seed_path:
+            with _seed(self.seed_path) as src, contextlib.suppress(apsw.Error):
+                if src is not None:
+                    self._keep_seed_vectors(conn, src, ident)
+        if ident is None:
+            return 0
+        with schema.write_tx(conn):
+            conn.execute(
+                "DELETE FROM memory_embedding_cache WHERE provider = ? AND model = ? AND provider_key = ?"
+                " AND EXISTS (SELECT 1 FROM memory_index_chunks c WHERE c.hash = memory_embedding_cache.hash"
+                " AND c.model = memory_embedding_cache.model AND c.embedding = memory_embedding_cache.embedding)",
+                ident)
+            dropped = conn.changes()
+        self._prune(self.max_entries)
+        if dropped:
+            schema.release_free_pages(conn)
+        return dropped
+
+    @staticmethod
+    def _keep_seed_vectors(conn: apsw.Connection, src: apsw.Connection, ident: tuple[str, str, str] | None) -> None:
+        """The chunk vectors of the seed index (under its identity) that this index does not hold,
+        into the cache table: what a rebuild leaves out stays reusable, as it was in the old cache."""
+        seed_ident = _identity(src)
+        if seed_ident is None:
+            return
+        held = set() if seed_ident != ident else {h for (h,) in conn.execute(
+            "SELECT hash FROM memory_index_chunks WHERE model = ? AND length(embedding) > 0", (ident[1],))}
+        cur = src.execute("SELECT hash, embedding, max(updated_at) FROM memory_index_chunks WHERE model = ?"
+                          " AND length(embedding) > 0 GROUP BY hash", (seed_ident[1],))
+        while batch := list(itertools.islice(cur, 2000)):  # bounded memory on a large index
+            rows = [(*seed_ident, h, blob, len(blob) // 4, at) for h, blob, at in batch if h not in held]
+            if rows:
+                with schema.write_tx(conn):
+                    conn.executemany(
+                        f"INSERT OR IGNORE INTO memory_embedding_cache({_COLUMNS}) VALUES (?,?,?,?,?,?,?)", rows)
 
     def _get_many(self, provider: str, model: str, provider_key: str,
                   wanted: list[str]) -> dict[str, np.ndarray]:
@@ -191,3 +272,47 @@ class EmbeddingCache:
             if len(rows) < batch:
                 break
         return copied
+
+
+def _identity(conn: apsw.Connection) -> tuple[str, str, str] | None:
+    """``(provider, model, provider key)`` the index of ``conn`` records it was built with, or None
+    (no meta yet, keyword-only, unreadable)."""
+    try:
+        row = conn.execute("SELECT value FROM memory_index_meta WHERE key = ?", (schema.META_KEY,)).fetchone()
+        meta = json.loads(row[0]) if row is not None else None
+    except (apsw.Error, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("provider") in (None, "none"):
+        return None
+    return str(meta["provider"]), str(meta.get("model", "")), str(meta.get("providerKey", ""))
+
+
+def _index_vectors(conn: apsw.Connection, ident: tuple[str, str, str], hashes: list[str]) -> dict[str, np.ndarray]:
+    """The chunk vectors of ``hashes`` the index of ``conn`` holds, when it was built under ``ident``."""
+    if not hashes or _identity(conn) != ident:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for i in range(0, len(hashes), _IN_BATCH):
+        part = hashes[i:i + _IN_BATCH]
+        for h, blob in conn.execute(
+                f"SELECT hash, embedding FROM memory_index_chunks WHERE model = ? AND hash IN"
+                f" ({','.join('?' * len(part))}) AND length(embedding) > 0", (ident[1], *part)):
+            vec = decode_vector(blob)
+            if vec.size:
+                out.setdefault(h, vec)
+    return out
+
+
+@contextlib.contextmanager
+def _seed(path: str) -> Iterator[apsw.Connection | None]:
+    """A read-only connection to the index a rebuild was seeded from, None when it cannot be opened."""
+    try:
+        src = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        src.set_busy_timeout(5000)
+    except apsw.Error:
+        yield None
+        return
+    try:
+        yield src
+    finally:
+        src.close()

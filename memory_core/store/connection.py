@@ -112,15 +112,23 @@ class WriterConnection:
 
     def _connect(self) -> apsw.Connection:
         with index_errors(self.db_path):
-            if os.path.exists(self.db_path):
-                # read the header without write access first: a read-write open of a file that is no
-                # database may already remove its -wal/-shm, which `index --force` keeps with it
+            created = not os.path.exists(self.db_path)
+            if not created:
+                # read the file without write access first: a read-write open of a file that is no
+                # database may already remove its -wal/-shm, which `index --force` keeps with it. The
+                # header and schema can all be on page 1, so the first row of every table and index
+                # is read too: damaged pages after it fail here, not in the first sync
                 with contextlib.suppress(FileNotFoundError):
-                    open_readonly(self.db_path, load_vec=False).close()
+                    open_readonly(self.db_path, load_vec=False, check_pages=True).close()
             else:
                 create_private_file(self.db_path)  # 0600 whatever the umask; -wal/-shm get its mode
             conn = apsw.Connection(self.db_path)
             try:
+                if created:  # before WAL mode and the first table, so only a new file gets them:
+                    # free pages go back to the file system, and 16 KiB pages hold a chunk row (its
+                    # text and float32 vector, ~3 KB) with little left over, where 4 KiB pages held one
+                    conn.execute("PRAGMA page_size=16384")
+                    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
                 schema.configure_connection(conn)
                 if not self.durable:  # a throw-away build file: fsynced once before it is swapped in
                     conn.execute("PRAGMA synchronous=OFF")
@@ -131,6 +139,8 @@ class WriterConnection:
                 if self.vector_enabled or schema.vec_table_dims(conn) is not None:
                     ok, version, error = load_sqlite_vec(conn, self.extension_path)
                     self.vector_available, self.vector_version, self.vector_error = ok, version, error
+                    if ok and self.vector_enabled:
+                        _fill_vec_table(conn)
                 else:
                     self.vector_available, self.vector_version, self.vector_error = False, None, None
             except BaseException:
@@ -221,3 +231,14 @@ class WriterConnection:
             self.conn.execute("COMMIT")
             self.conn.execute("BEGIN IMMEDIATE")
             self._bulk[0] = 0
+
+
+def _fill_vec_table(conn: apsw.Connection) -> None:
+    """Create the sqlite-vec table of an index whose chunks have vectors but no such table (built for
+    another vector backend, which keeps no copy there), filled from the chunk vectors."""
+    if schema.vec_table_dims(conn) is not None:
+        return
+    row = conn.execute("SELECT length(embedding) FROM memory_index_chunks WHERE length(embedding) > 0"
+                       " LIMIT 1").fetchone()
+    if row is not None and int(row[0]) % 4 == 0:
+        schema.ensure_vec_table(conn, int(row[0]) // 4)

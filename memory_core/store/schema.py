@@ -127,14 +127,37 @@ MIGRATIONS: list[str] = [
     ALTER TABLE memory_index_passage_vectors ADD COLUMN scale REAL;
     CREATE INDEX IF NOT EXISTS idx_memory_index_chunks_hash ON memory_index_chunks(hash);
     """,
+    # 5: passage rows keyed by their chunk's rowid: the 64-character chunk id was stored in each row
+    # and again in the primary-key index. A rowid table, not WITHOUT ROWID: a row holds an int8
+    # vector (1.5 KB at 1536 dims), past what a WITHOUT ROWID leaf keeps on a 4 KiB page (~1 KB;
+    # the rest would take an overflow page a row). Readers take either layout
+    # (host_facades.retrieval.vector_state.passage_join).
+    """
+    CREATE TABLE memory_index_passage_vectors_v5 (
+        chunk_rowid INTEGER NOT NULL REFERENCES memory_index_chunks(chunk_rowid) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        embedding BLOB NOT NULL,
+        scale REAL,
+        PRIMARY KEY (chunk_rowid, seq)
+    ) STRICT;
+    INSERT INTO memory_index_passage_vectors_v5(chunk_rowid, seq, embedding, scale)
+        SELECT c.chunk_rowid, p.seq, p.embedding, p.scale FROM memory_index_passage_vectors p
+        JOIN memory_index_chunks c ON c.id = p.chunk_id;
+    DROP TABLE memory_index_passage_vectors;
+    ALTER TABLE memory_index_passage_vectors_v5 RENAME TO memory_index_passage_vectors;
+    """,
 ]
 
 # FTS rows are keyed by rowid = chunk_rowid (chunks) and rowid = sources.id (paths) and kept in
-# step by triggers, so every writer path maintains them without extra code.
+# step by triggers, so every writer path maintains them without extra code. The chunk FTS table is
+# external-content: its columns are read from the chunk row of that rowid, so the text is stored
+# once (an index created before this keeps its own copy, and its plain delete trigger, until
+# `memory-core index --force` rebuilds it); its delete trigger hands FTS5 the values it indexed.
 _FTS_SQL = """
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_index_chunks_fts USING fts5(
     text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
-    start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}'
+    start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}',
+    content='memory_index_chunks', content_rowid='chunk_rowid'
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_index_paths_fts USING fts5(
     path, source UNINDEXED, tokenize='{tok}'
@@ -144,7 +167,10 @@ CREATE TRIGGER IF NOT EXISTS memory_index_chunks_fts_ins AFTER INSERT ON memory_
     VALUES (new.chunk_rowid, new.text, new.id, new.path, new.source, new.model, new.start_line, new.end_line);
 END;
 CREATE TRIGGER IF NOT EXISTS memory_index_chunks_fts_del AFTER DELETE ON memory_index_chunks BEGIN
-    DELETE FROM memory_index_chunks_fts WHERE rowid = old.chunk_rowid;
+    INSERT INTO memory_index_chunks_fts(memory_index_chunks_fts, rowid, text, id, path, source, model,
+        start_line, end_line)
+    VALUES ('delete', old.chunk_rowid, old.text, old.id, old.path, old.source, old.model, old.start_line,
+        old.end_line);
 END;
 CREATE TRIGGER IF NOT EXISTS memory_index_paths_fts_ins AFTER INSERT ON memory_index_sources BEGIN
     INSERT INTO memory_index_paths_fts(rowid, path, source) VALUES (new.id, new.path, new.source);
@@ -159,10 +185,19 @@ END;
 """
 
 
+# The write-ahead log is folded into the file once it holds this many bytes (SQLite's default, 1000
+# pages, was 4 MB at 4 KiB pages but is 16 MB at the 16 KiB pages of new index files); a log that a
+# long transaction grew past it is cut back to it at the next checkpoint.
+WAL_CHECKPOINT_BYTES = 4_096_000
+
+
 def configure_connection(conn: apsw.Connection, *, busy_timeout_ms: int = 5000) -> None:
-    """Pragmas every writer connection uses: WAL, foreign keys, busy timeout."""
+    """Pragmas every writer connection uses: WAL (checkpointed by bytes), foreign keys, busy timeout."""
     conn.set_busy_timeout(busy_timeout_ms)
     conn.execute("PRAGMA journal_mode=WAL")
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA wal_autocheckpoint={max(1, WAL_CHECKPOINT_BYTES // page_size)}")
+    conn.execute(f"PRAGMA journal_size_limit={WAL_CHECKPOINT_BYTES}")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
 
@@ -194,7 +229,7 @@ def write_tx(conn: apsw.Connection) -> Iterator[None]:
 def migrate(conn: apsw.Connection) -> int:
     """Apply pending numbered migrations; returns the schema version now in force. Each step
     re-reads the version under the write lock: another process may have applied it meanwhile."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    version = start = int(conn.execute("PRAGMA user_version").fetchone()[0])
     for number, sql in enumerate(MIGRATIONS, start=1):
         if number <= version:
             continue
@@ -203,6 +238,8 @@ def migrate(conn: apsw.Connection) -> int:
                 conn.execute(sql)
                 conn.execute(f"PRAGMA user_version={number}")
         version = number
+    if start and version > start:  # a table a step rebuilt left its old pages free
+        release_free_pages(conn)
     return version
 
 
@@ -284,6 +321,13 @@ def ensure_vec_table(conn: apsw.Connection, dims: int) -> None:
             " WHERE length(embedding) = ?",
             (int(dims) * 4,),
         )
+
+
+def release_free_pages(conn: apsw.Connection) -> None:
+    """Give the file's free pages back to the file system, on a database created with incremental
+    auto-vacuum (older ones keep their free pages for later writes)."""
+    if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2:
+        conn.execute("PRAGMA incremental_vacuum").fetchall()
 
 
 def read_revision(conn: apsw.Connection) -> int:

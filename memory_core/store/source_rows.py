@@ -15,7 +15,7 @@ import numpy as np
 
 from host_facades.chunking.pipeline import chunk_id
 from host_facades.db.vectors import encode_int8, encode_vector
-from host_facades.retrieval.vector_state import has_passage_table
+from host_facades.retrieval.vector_state import passage_join
 from memory_core.store import schema
 
 
@@ -28,7 +28,7 @@ class SourceRows:
     recall: list[tuple] = field(default_factory=list)
     provenance: list[tuple] = field(default_factory=list)
     vectors: list[tuple] = field(default_factory=list)
-    passages: list[tuple] = field(default_factory=list)
+    passages: list[tuple] = field(default_factory=list)  # (chunk id, seq, int8 codes, scale)
     dims: int | None = None
 
 
@@ -74,10 +74,10 @@ def insert_rows(conn: apsw.Connection, path: str, source: str, rows: SourceRows,
         conn.executemany(
             "INSERT INTO memory_index_chunks(id, path, source, start_line, end_line, hash, model,"
             " text, embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)", rows.chunks)
-    if rows.passages:
+    if rows.passages:  # keyed by the rowid the chunk row was just given (schema migration 5)
         conn.executemany(
-            "INSERT INTO memory_index_passage_vectors(chunk_id, seq, embedding, scale) VALUES (?,?,?,?)",
-            rows.passages)
+            "INSERT INTO memory_index_passage_vectors(chunk_rowid, seq, embedding, scale)"
+            " SELECT chunk_rowid, ?2, ?3, ?4 FROM memory_index_chunks WHERE id = ?1", rows.passages)
     if rows.recall:
         conn.executemany(
             "INSERT INTO memory_index_chunk_recall_metadata(chunk_id, importance, triggers, project_key)"
@@ -125,7 +125,8 @@ def delete_rows(conn: apsw.Connection, path: str, source: str, *, vector_availab
         # recall/provenance cascade through foreign keys; explicit deletes keep it independent of PRAGMA state
         conn.executemany("DELETE FROM memory_index_chunk_recall_metadata WHERE chunk_id = ?", [(i,) for i in ids])
         conn.executemany("DELETE FROM memory_index_chunk_provenance WHERE chunk_id = ?", [(i,) for i in ids])
-        conn.executemany("DELETE FROM memory_index_passage_vectors WHERE chunk_id = ?", [(i,) for i in ids])
+        conn.execute("DELETE FROM memory_index_passage_vectors WHERE chunk_rowid IN"
+                     " (SELECT chunk_rowid FROM memory_index_chunks WHERE path = ? AND source = ?)", (path, source))
         conn.execute("DELETE FROM memory_index_chunks WHERE path = ? AND source = ?", (path, source))
     return len(ids)
 
@@ -148,11 +149,11 @@ def read_rows(src: apsw.Connection, path: str, source: str, *, model: str) -> tu
     prov = [tuple(r) for i in ids for r in src.execute(
         "SELECT chunk_id, origin_class, session_kind, observed_at, supersedes_key"
         " FROM memory_index_chunk_provenance WHERE chunk_id = ?", i)]
-    scale = "scale" if has_passage_table(src) and any(
-        r[1] == "scale" for r in src.execute("PRAGMA table_info(memory_index_passage_vectors)")) else "NULL"
+    layout = passage_join(src)  # ``src`` may be an index from before schema migration 4 or 5
     passage_rows = [tuple(r) for i in ids for r in src.execute(
-        f"SELECT chunk_id, seq, embedding, {scale} FROM memory_index_passage_vectors WHERE chunk_id = ?", i)
-    ] if has_passage_table(src) else []
+        f"SELECT c.id, p.seq, p.embedding, {layout[1]} FROM memory_index_chunks c"
+        f" JOIN memory_index_passage_vectors p ON {layout[0]} WHERE c.id = ? ORDER BY p.seq", i)
+    ] if layout is not None else []
     vec_rows = [(c[0], c[8]) for c in chunks if c[8]]
     dims = len(vec_rows[0][1]) // 4 if vec_rows else None
     vec_rows = [v for v in vec_rows if len(v[1]) == dims * 4]  # one width: the first row's

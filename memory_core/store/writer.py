@@ -196,7 +196,9 @@ class IndexWriter(WriterConnection):
         return "published"
 
     def _delete_rows(self, conn: apsw.Connection, path: str, source: str) -> int:
-        """Delete a source's vec, chunk (FTS, recall and provenance follow) rows; not its sources row."""
+        """Delete a source's vec, chunk (FTS, recall and provenance follow) rows; not its sources row.
+        Their vectors stay in the embedding cache (EmbeddingCache.keep_deleted)."""
+        self.cache.keep_deleted(conn, path, source)
         return rows_of.delete_rows(conn, path, source, vector_available=self.vector_available)
 
     @_serialized
