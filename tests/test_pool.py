@@ -196,7 +196,7 @@ def test_the_product_registers_no_test_tasks():
     code = "import json, workers.tasks as t; print(json.dumps(sorted(t.TASKS)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == ["index_state", "prepare", "prepare_many", "search"]
+    assert json.loads(out.stdout) == ["index_state", "keyword", "prepare", "prepare_many", "search"]
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
@@ -326,6 +326,20 @@ def test_cancel_of_a_pipelined_task_keeps_the_worker(piped):
     waiting = piped.submit("ping", "x")
     assert waiting.cancel() is True and waiting.cancelled()
     assert running.result(timeout=10) == 0.3
+    assert piped.run("pid") == victim and piped.stats["replaced"] == 0
+    assert piped.pending_tasks == 0
+
+
+def test_withdraw_takes_back_only_a_task_no_worker_holds(piped):
+    running = piped.submit("sleep", {"seconds": 0.3})
+    victim = _wait_busy(piped)
+    sent = piped.submit("ping", "sent")  # sent ahead into the busy worker's pipe
+    queued = piped.submit("ping", "queued")  # the pipe is full: it waits in the pool's queue
+    assert piped.scheduler.slots[0].queued and len(piped.scheduler.queue) == 1
+    assert queued.withdraw() is True and queued.cancelled()
+    assert running.withdraw() is False and sent.withdraw() is False  # a worker has them: they run
+    assert (running.result(timeout=10), sent.result(timeout=10)) == (0.3, "sent")
+    assert queued.withdraw() is False
     assert piped.run("pid") == victim and piped.stats["replaced"] == 0
     assert piped.pending_tasks == 0
 

@@ -54,3 +54,40 @@ def test_similarity_rows_are_the_jaccard_of_each_pair(sets):
     for i, a in enumerate(sets):
         for j, b in enumerate(sets):
             assert m[i][j] == pytest.approx(ranking.jaccard(set(a), set(b)), abs=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ITEMS, st.sampled_from([0.0, 0.3, 0.7, 0.95]), st.integers(min_value=1, max_value=15))
+def test_mmr_stopped_early_picks_the_greedy_prefix(items, lam, k):
+    # ``done`` after k picks: the greedy loop's first k picks, then the rest in input order (items
+    # come in any order of score: the prefix search visits them by relevance itself)
+    told = []
+
+    def done(item):
+        told.append(item)
+        return len(told) >= k
+
+    got = ranking.mmr_rerank(items, lam=lam, score=lambda it: it[1], text=lambda it: it[0], done=done)
+    if len(items) <= 1:
+        assert got == items
+        return
+    picks = greedy(items, lam)[:k]
+    rest = list(items)
+    for p in picks:
+        rest.remove(p)
+    assert got == picks + rest
+    assert told == picks
+
+
+def test_mmr_stopped_early_tokenizes_only_what_it_visits():
+    # far below the first pick's value, the tail is never looked at
+    items = [("falcon billing", 1.0), ("falcon billing deploy", 0.9)] + [(f"coffee {i}", 0.0) for i in range(50)]
+    seen = []
+
+    def text(it):
+        seen.append(it[0])
+        return it[0]
+
+    got = ranking.mmr_rerank(items, lam=0.7, score=lambda it: it[1], text=text, done=lambda it: True)
+    assert got == items
+    assert seen == ["falcon billing"]

@@ -108,3 +108,15 @@ def sigint_state_at_start(requests: Any, replies: list) -> None:
     bit = 1 << (2 - 1)  # SIGINT is signal 2
     state = "ignored" if masks["SigIgn"] & bit else "blocked" if masks["SigBlk"] & bit else "caught"
     os.write(replies[0].fileno(), state.encode())
+
+
+@task("hold_until")
+def hold_until(payload: dict, ctx: WorkerContext) -> bool:
+    """Keep the worker busy until the file ``payload["release"]`` exists (bounded by
+    ``payload["timeout_s"]``, default 60); True when it was released."""
+    deadline = time.monotonic() + float(payload.get("timeout_s", 60))
+    while not os.path.exists(payload["release"]):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True

@@ -10,9 +10,11 @@ from typing import Any
 class TaskFuture(concurrent.futures.Future):
     """A task's future; ``cancel()`` also works on a running task (its worker is ended)."""
 
-    def __init__(self, cancel_task: Callable[[Any], bool]) -> None:
+    def __init__(self, cancel_task: Callable[[Any], bool],
+                 withdraw_task: Callable[[Any], bool] | None = None) -> None:
         super().__init__()
         self._cancel_task = cancel_task
+        self._withdraw_task = withdraw_task
         self._task: Any = None
 
     def cancel(self) -> bool:
@@ -22,6 +24,14 @@ class TaskFuture(concurrent.futures.Future):
         if task is None:
             return super().cancel()
         return self._cancel_task(task)
+
+    def withdraw(self) -> bool:
+        """Cancel the task only while no worker has picked it up (never ends a worker): True when
+        it was taken back, False when it is done or a worker holds it."""
+        task = self._task
+        if self.done() or task is None or self._withdraw_task is None:
+            return False
+        return self._withdraw_task(task)
 
     def set_cancelled(self) -> None:
         """Mark the future cancelled (the pool already took the task back)."""

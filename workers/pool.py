@@ -106,7 +106,7 @@ class WorkerPool:
 
     def submit(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> TaskFuture:
         """Queue ``task_name(payload)``; the future holds the value or a typed Worker* error."""
-        future = TaskFuture(self.scheduler.cancel)
+        future = TaskFuture(self.scheduler.cancel, self.scheduler.withdraw)
         self._submit(task_name, payload, timeout_s, future, False)
         return future
 

@@ -12,6 +12,7 @@ plus the leased ones. With ``InlinePool`` (``pool.workers = 0``) the very same t
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from host_facades.search.edge import SearchReply, SearchRequest, reply_from_wire
@@ -19,6 +20,14 @@ from host_facades.retrieval.vector_cache import prune_shared
 from memory_core.generations import GenerationLeases
 from workers.inline import InlinePool
 from workers.pool import WorkerPool
+
+
+@dataclass(frozen=True)
+class KeywordTask:
+    """A ``keyword`` task in flight (:meth:`PooledRetriever.submit_keyword`) and its lease."""
+
+    future: Any
+    lease: Any
 
 
 class PooledRetriever:
@@ -50,13 +59,48 @@ class PooledRetriever:
         finally:
             lease.release()
 
-    def run_search(self, req: SearchRequest, *, timeout_s: float | None = None) -> SearchReply:
+    def submit_keyword(self, req: SearchRequest, *, timeout_s: float | None = None) -> KeywordTask:
+        """Start the keyword stage of ``req`` now, as a ``keyword`` task on its own leased
+        generation (the owner embeds the query meanwhile); :meth:`run_search` takes it back."""
+        lease, keep = self.leases.acquire_unbound(self.current_db_id)
+        try:
+            payload = {"db_path": self.db_path, "keep": keep, "req": req.wire()}
+            future = self.pool.submit("keyword", payload, timeout_s=timeout_s or self.timeout_s)
+        except BaseException:
+            lease.release()
+            raise
+        return KeywordTask(future, lease)
+
+    def collect_keyword(self, ahead: KeywordTask) -> tuple | None:
+        """The answer of :meth:`submit_keyword`'s task, waiting for it when a worker has it; None
+        (the search runs the stage itself) when no worker had picked it up yet (it is withdrawn)
+        or it failed. Ends the task's lease either way."""
+        future = ahead.future
+        try:
+            if not future.done() and getattr(future, "withdraw", None) is not None and future.withdraw():
+                return None
+            try:
+                result = future.result()
+            except Exception:  # noqa: BLE001 - the search task runs the stage again and reports its own error
+                return None
+            if result is not None:
+                self._read(ahead.lease, result[0], int(result[1]))
+            return result
+        finally:
+            ahead.lease.release()
+
+    def run_search(self, req: SearchRequest, *, timeout_s: float | None = None,
+                   keyword: tuple | None = None) -> SearchReply:
         """A whole search as one ``search`` task (``host_facades.search.run.run_search`` in the
-        worker) on one leased generation; an absent database answers ``empty_index``."""
+        worker) on one leased generation; an absent database answers ``empty_index``.
+        ``keyword``: what :meth:`collect_keyword` returned for ``req``, used by the task when it
+        reads the same file and generation (else the task runs the keyword stage itself)."""
         lease, keep = self.leases.acquire_unbound(self.current_db_id)
         try:
             # plain values both ways: typed objects only on each side of the pipe
             payload = {"db_path": self.db_path, "keep": keep, "req": req.wire()}
+            if keyword is not None:
+                payload["keyword"] = keyword
             db_id, revision, reply = self.pool.run("search", payload, timeout_s=timeout_s or self.timeout_s)
             if db_id is None:
                 return SearchReply(mode="empty", revision=revision, empty_index=True)

@@ -322,6 +322,17 @@ class Scheduler:
             self.wake()
             return True
 
+    def withdraw(self, task: Task) -> bool:
+        """Take ``task`` back if no worker has it yet (still queued): its future is cancelled and
+        True returned; False once a worker holds it (it runs and answers). Takes the lock."""
+        with self.lock:
+            if task.done or task.slot is not None or task not in self.queue:
+                return False
+            self.queue.remove(task)
+            self.stats["cancelled"] += 1
+            self.finish(task, cancelled=True)
+            return True
+
     # -- closing -----------------------------------------------------------------------------------
 
     def close(self, *, drain: bool, timeout_s: float) -> list[Slot] | None:

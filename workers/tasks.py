@@ -183,8 +183,9 @@ def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchRe
     ``host_facades.search.run.run_search``, the same function in-process searches call.
 
     payload: ``db_path``, ``keep`` (revisions the owner still leases: derived state of other old
-    revisions is dropped) and ``req``, a
-    :class:`~host_facades.search.edge.SearchRequest`. Returns ``(db_id, revision, reply)``;
+    revisions is dropped), ``req``, a :class:`~host_facades.search.edge.SearchRequest`, and
+    optionally ``keyword``, the ``keyword`` task's answer for ``req``: used when it read the same
+    file and generation as this task, else the keyword stage runs again (never stale). Returns ``(db_id, revision, reply)``;
     ``(None, 0, None)`` when the database file does not exist. A request in its wire form
     (:meth:`~host_facades.search.edge.SearchRequest.wire`, what the pooled owner sends) is answered
     in the reply's (:meth:`~host_facades.search.edge.SearchReply.wire`)."""
@@ -199,15 +200,37 @@ def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchRe
                         f"the search task takes a host_facades.search.edge.SearchRequest as 'req', "
                         f"got {type(req).__name__}")
 
+    ahead = payload.get("keyword")
+
     def reads(conn, db_id: str, revision: int) -> tuple[str, int, SearchReply]:
         def vector_state(conn, model):
             return ctx.cache.get_or_build(conn, (db_id, revision, model_key(model)))
 
-        reply = run_search(conn, req, revision=revision, vector_state=vector_state, db_id=db_id)
+        reply = run_search(conn, req, revision=revision, vector_state=vector_state, db_id=db_id,
+                           keyword_ahead=None if ahead is None else tuple(ahead))
         return db_id, revision, reply.wire() if wire else reply
 
     done = on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads, vec=req.qvec is not None)
     return (None, 0, None) if done is None else done
+
+
+@task("keyword")
+def keyword(payload: dict, ctx: WorkerContext) -> tuple[str, int, str | None, dict | None, float] | None:
+    """The keyword stage of a search alone, started while the owner embeds the query: payload
+    ``db_path``, ``keep`` and ``req`` (a :class:`~host_facades.search.edge.SearchRequest` in its
+    wire form, ``qvec`` not needed). Returns ``(db_id, revision, tokenizer, keyword stage, ms)``
+    (``host_facades.search.run.KeywordAhead``), which the ``search`` task then takes as its
+    ``keyword``; None when the database file does not exist."""
+    from host_facades.search.run import keyword_stage
+
+    req = request_from_wire(payload["req"])
+
+    def reads(conn, db_id: str, revision: int) -> tuple[str, int, str | None, dict | None, float]:
+        t = time.perf_counter()
+        tokenizer, stage = keyword_stage(conn, req)
+        return db_id, revision, tokenizer, stage, (time.perf_counter() - t) * 1000
+
+    return on_snapshot(ctx, payload["db_path"], payload.get("keep", ()), reads, vec=False)
 
 
 def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[Any, str, int], T], *,

@@ -327,25 +327,19 @@ def compute_mmr_score(relevance: float, max_similarity: float, lam: float) -> fl
     return lam * relevance - (1 - lam) * max_similarity
 
 
-LAZY_MMR_ROWS = 8  # picks whose similarity rows are computed one by one before the whole matrix
-
-
-def _similarity_row(sets: Sequence[frozenset[str]], b: int, others: Sequence[int]) -> dict[int, float]:
-    """Row ``b`` of :func:`similarity_matrix` at ``others`` only (the same float32 values)."""
-    a = sets[b]
-    row = {}
-    for i in others:
-        inter = len(a & sets[i])
-        union = len(a) + len(sets[i]) - inter
-        row[i] = float(np.float32(inter) / np.float32(union)) if union > 0 else 1.0
-    return row
+def _similarity32(a: frozenset[str], b: frozenset[str]) -> float:
+    """One entry of :func:`similarity_matrix` (the same float32 value)."""
+    inter = len(a & b)
+    union = len(a) + len(b) - inter
+    return float(np.float32(inter) / np.float32(union)) if union > 0 else 1.0
 
 
 def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float], text: Callable[[Any], str],
                done: Callable[[Any], bool] | None = None) -> list[Any]:
-    """Greedy MMR reorder (never drops items); ties go to the higher original score. ``done(item)``
-    is told each pick in order; once it answers True the rest keeps its input order (a caller that
-    needs only a prefix of the order): the picks so far are exactly the full reorder's first ones."""
+    """Greedy MMR reorder (never drops items); ties go to the higher original score, then the earlier
+    item. ``done(item)`` is told each pick in order; once it answers True the rest keeps its input
+    order (a caller that needs only a prefix of the order): the picks so far are exactly the full
+    reorder's first ones."""
     lam = min(1.0, max(0.0, lam))
     items = list(items)
     if len(items) <= 1:
@@ -355,9 +349,10 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
     scores = [score(it) for it in items]
     lo, hi = min(scores), max(scores)
     rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
+    if done is not None:
+        return _mmr_prefix(items, scores, rel, lam, text, done)
     sets = [mmr_tokenize(text(it)) for it in items]
-    # a caller that may stop early gets each pick's row alone (a few rows cost less than the matrix)
-    sim = similarity_matrix(sets) if done is None else None
+    sim = similarity_matrix(sets)
     remaining = list(range(len(items)))
     # max similarity to the already selected items, updated with each new pick: O(n^2) overall
     max_sim = [0.0] * len(items)
@@ -371,15 +366,56 @@ def mmr_rerank(items: Sequence[Any], *, lam: float, score: Callable[[Any], float
                 best, best_val = i, val
         selected.append(best)
         remaining.remove(best)
-        if done is not None and done(items[best]):
-            return [items[i] for i in selected] + [items[i] for i in remaining]
-        if sim is None and len(selected) > LAZY_MMR_ROWS:  # a long prefix after all: the matrix is cheaper
-            sim = similarity_matrix(sets)
-        row = sim[best] if sim is not None else _similarity_row(sets, best, remaining)
+        row = sim[best]
         for i in remaining:
             if row[i] > max_sim[i]:
                 max_sim[i] = row[i]
     return [items[i] for i in selected]
+
+
+def _mmr_prefix(items: list[Any], scores: list[float], rel: list[float], lam: float,
+                text: Callable[[Any], str], done: Callable[[Any], bool]) -> list[Any]:
+    """:func:`mmr_rerank`'s picks until ``done``, visiting candidates by relevance: a pick's MMR
+    value is at most ``lam x relevance`` (similarities are >= 0), so each pick's scan stops at the
+    first candidate whose bound is below the best value found, and only visited candidates are
+    tokenized and compared (each with the picks made since its last visit). The same picks as the
+    full loop, whose choice is the greatest (value, original score, earlier item)."""
+    n = len(items)
+    by_rel = sorted(range(n), key=lambda i: (-rel[i], i))  # stable: equal relevance in input order
+    bound = [lam * rel[i] for i in range(n)]  # compute_mmr_score with no similarity, exactly
+    sets: list[frozenset[str] | None] = [None] * n
+    max_sim = [0.0] * n
+    folded = [0] * n  # picks already folded into max_sim[i]
+    taken = [False] * n
+    selected: list[int] = []
+    while len(selected) < n:
+        best = -1
+        best_val = -math.inf
+        for i in by_rel:
+            if taken[i]:
+                continue
+            if bound[i] < best_val:
+                break  # this and every later candidate (lower relevance) scores below best_val
+            toks = sets[i]
+            if toks is None:
+                toks = sets[i] = mmr_tokenize(text(items[i]))
+            if folded[i] < len(selected):
+                m = max_sim[i]
+                for p in selected[folded[i]:]:
+                    s = _similarity32(sets[p], toks)  # type: ignore[arg-type]
+                    if s > m:
+                        m = s
+                max_sim[i] = m
+                folded[i] = len(selected)
+            val = compute_mmr_score(rel[i], max_sim[i], lam)
+            if (val > best_val or (val == best_val and (scores[i] > scores[best]
+                                                        or (scores[i] == scores[best] and i < best)))):
+                best, best_val = i, val
+        selected.append(best)
+        taken[best] = True
+        if done(items[best]):
+            break
+    return [items[i] for i in selected] + [items[i] for i in range(n) if not taken[i]]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -62,9 +62,37 @@ def vector_rows(conn: apsw.Connection, req: SearchRequest, q: np.ndarray,
                                     backend=req.backend, db_id=db_id, vector_state=vector_state)
 
 
+# the ``keyword`` task's answer (workers.tasks): (db_id, revision, tokenizer or None, keyword stage or
+# None, the stage's ms in the worker)
+KeywordAhead = tuple[str, int, str | None, dict[str, Any] | None, float]
+
+
+def keyword_stage(conn: apsw.Connection, req: SearchRequest) -> tuple[str | None, dict[str, Any] | None]:
+    """The keyword retriever of ``req`` on the caller's snapshot: ``(tokenizer, keyword stage)``;
+    the tokenizer is None without an FTS table, the stage None when it does not run."""
+    tokenizer = fts_tokenizer_of(conn)
+    if tokenizer is None or not req.want_keyword:
+        return tokenizer, None
+    return tokenizer, fts_search.keyword_search_with_fallback(
+        conn, req.query, limit=req.candidates, sources=list(req.sources), tokenizer=tokenizer,
+        or_fallback=req.or_fallback)
+
+
+def ahead_applies(ahead: KeywordAhead | None, db_id: str | None, revision: int | None) -> bool:
+    """Whether a keyword stage run ahead (the ``keyword`` task's answer) was read from the same
+    database file (``db_id``) and generation (``revision``) as this snapshot: only then may the
+    search use it instead of running the stage itself."""
+    return (ahead is not None and db_id is not None and revision is not None
+            and ahead[0] == db_id and ahead[1] == revision)
+
+
 def run_search(conn: apsw.Connection, req: SearchRequest, *, revision: int | None = None,
-               vector_state: VectorStateFn | None = None, db_id: str | None = None) -> SearchReply:
-    """Answer ``req`` inside the caller's read transaction (on generation ``revision``)."""
+               vector_state: VectorStateFn | None = None, db_id: str | None = None,
+               keyword_ahead: KeywordAhead | None = None) -> SearchReply:
+    """Answer ``req`` inside the caller's read transaction (on generation ``revision``).
+    ``keyword_ahead``: the keyword stage of ``req`` run ahead (the ``keyword`` task, while the owner
+    embedded the query), used only when it read this file and generation (:func:`ahead_applies`),
+    else the stage runs here."""
     if not isinstance(req, SearchRequest):
         raise TypeError(f"run_search takes a host_facades.search.edge.SearchRequest, got {type(req).__name__}")
     if req.probe_content and not has_content(conn):
@@ -72,16 +100,13 @@ def run_search(conn: apsw.Connection, req: SearchRequest, *, revision: int | Non
     details = req.details
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    tokenizer = fts_tokenizer_of(conn)
-    has_fts = tokenizer is not None
-    tokenizer = tokenizer or "unicode61"
-    keyword = None
-    if has_fts and req.want_keyword:
-        keyword = fts_search.keyword_search_with_fallback(
-            conn, req.query, limit=req.candidates, sources=list(req.sources), tokenizer=tokenizer,
-            or_fallback=req.or_fallback)
-        if details:
+    if ahead_applies(keyword_ahead, db_id, revision):
+        tokenizer, keyword = keyword_ahead[2], keyword_ahead[3]  # type: ignore[index]
+    else:
+        tokenizer, keyword = keyword_stage(conn, req)
+        if details and keyword is not None:
             timings["keyword"] = (time.perf_counter() - t0) * 1000
+    tokenizer = tokenizer or "unicode61"
     vector = None
     if req.qvec is not None:
         t1 = time.perf_counter()

@@ -33,6 +33,13 @@ class QueryVectorCache:
         return (getattr(provider, "id", None), getattr(provider, "model", None),
                 getattr(provider, "provider_key", None), text)
 
+    def has(self, provider: Any, text: str) -> bool:
+        """Whether :meth:`vector` would answer ``text`` without embedding it."""
+        now = self._clock()
+        with self._lock:
+            row = self._rows.get(self.key(provider, text))
+            return row is not None and now - row[0] < self.ttl_s
+
     def vector(self, provider: Any, text: str, embed: Callable[[Any, str], np.ndarray]) -> np.ndarray:
         """The cached vector of ``text`` under ``provider``, else ``embed(provider, text)`` (kept)."""
         k = self.key(provider, text)

@@ -41,6 +41,9 @@ from memory_core.store.reader import CachedReader
 from memory_core.validation import search_numbers
 
 MAX_CANDIDATES = 200
+# the keyword stage's ms in a worker while the owner embedded the query (an explain param, not a
+# stage: it is off the search's critical path; what the search waited for it is ``keyword_wait``)
+OVERLAPPED = "overlapped_ms"
 VALID_SOURCES = ("memory", "sessions")
 
 
@@ -348,6 +351,9 @@ class SearchEngine:
                                  fts_plan=fts_plan)
         params.update(max_results=req.max_results, min_score=req.min_score, fusion=req.ranking.fusion)
         timings = {**(stages or {}), **reply.timings_ms}
+        overlapped = timings.pop(OVERLAPPED, None)
+        if overlapped is not None:  # the keyword stage ran in a worker while the query was embedded
+            params[OVERLAPPED] = overlapped
         account(timings, (time.perf_counter() - t0) * 1000)
         return SearchDetails(hits=hits, mode=reply.mode, params=params, keyword=reply.keyword, vector=reply.vector,
                              ranked=reply.ranked, revision=reply.revision, timings_ms=timings,
@@ -450,17 +456,41 @@ class SearchEngine:
             return None
         t1 = time.perf_counter()
         stages["identity"] = (t1 - t) * 1000
-        qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
-        t2 = time.perf_counter()
-        stages["embed"] = (t2 - t1) * 1000
-        req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
+        req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=None,
                             active_project_keys=active_project_keys, details=details, probe_content=True,
                             candidates_for=candidates_for, settings=st)
-        reply = self.retriever.run_search(req)
+        ahead = None
+        if want_vector and req.want_keyword and query_vector is None and not self.query_vectors.has(self.provider, q):
+            # the keyword stage runs in a worker while this thread embeds the query
+            ahead = self.retriever.submit_keyword(req)
+        t_embed = time.perf_counter()
+        if ahead is not None:
+            stages["dispatch"] = (t_embed - t1) * 1000
+        try:
+            qvec = self._query_vector(q, query_vector, on_embedding) if want_vector else None
+        except BaseException:
+            if ahead is not None:
+                self.retriever.collect_keyword(ahead)  # ends its lease
+            raise
+        t2 = time.perf_counter()
+        stages["embed"] = (t2 - t_embed) * 1000
+        keyword = None
+        if ahead is not None:
+            # its answer, waiting while a worker runs it; None when no worker had picked it up (withdrawn)
+            keyword = self.retriever.collect_keyword(ahead)
+            t3 = time.perf_counter()
+            stages["keyword_wait"] = (t3 - t2) * 1000
+            t2 = t3
+        if qvec is not None:
+            req = frozen_new(SearchRequest, {**req.__dict__, "qvec": qvec})
+        reply = self.retriever.run_search(req, keyword=keyword)
         # the task's round trip less what the worker measured inside it
         stages["pool"] = max(0.0, (time.perf_counter() - t2) * 1000 - sum(reply.timings_ms.values()))
         if reply.empty_index:
             return None
+        if keyword is not None and details and "keyword" not in reply.timings_ms:
+            # the task used the keyword stage run ahead: its time overlapped the embedding
+            stages[OVERLAPPED] = keyword[4]
         return req, reply, t_start, stages
 
     def _query_vector(self, q: str, query_vector: Sequence[float] | None,
