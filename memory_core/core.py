@@ -236,6 +236,38 @@ class MemoryCore:
             min_score=min_score, sources=sources, lexical_only=lexical_only, active_project_keys=active_project_keys,
             query_vector=query_vector, details=details, candidates_for=candidates_for, on_embedding=on_embedding)
 
+    def searches_on_loop(self) -> bool:
+        """Whether :meth:`search_async` may run on an event loop now: the search is keyword-only (no
+        provider: no query to embed), its one worker task goes to a worker pool (the loop awaits the reply) and
+        the freshness step only reads state (:meth:`Freshness.before_search_is_cheap`). Otherwise a
+        caller on a loop runs :meth:`search` in a thread."""
+        fresh = self._freshness
+        if fresh is None or self.closed or self.config.provider != "none":
+            return False
+        pool = getattr(self.retriever, "pool", None)
+        return callable(getattr(pool, "run_async", None)) and fresh.before_search_is_cheap()
+
+    async def search_async(self, query: str, *, max_results: int | None = None,
+                           min_score: float | None = None) -> SearchResults:
+        """:meth:`search` on the running event loop, which awaits the search's worker task instead of
+        a thread waiting for it (the owner's steps before and after it run on the loop); only while
+        :meth:`searches_on_loop` holds."""
+        from workers.steps import drive_async
+
+        return await drive_async(self.search_steps(query, max_results=max_results, min_score=min_score),
+                                 self.retriever.pool)
+
+    def search_steps(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+                     **kwargs: Any) -> Any:
+        """:meth:`search` (without ``sync_if_empty`` and ``keyword_fallback``) as steps
+        (``workers/steps.py``): a pooled search yields its one worker task."""
+        self._check_open()
+        check_search(self.config, query, max_results, min_score)
+        return (yield from self._search.search_steps(
+            query, self.before_search,
+            lambda stale, q, hits: answer_staleness(self._freshness, stale, q, hits),
+            {"max_results": max_results, "min_score": min_score, **kwargs}))
+
     def explain(self, query: str, **kwargs: Any) -> Any:
         """:meth:`search` with ``details`` on (same arguments): its
         :class:`~memory_core.search.engine.SearchDetails`; ``.to_dict()`` is what ``memory-core search

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 
 import pytest
 
@@ -269,3 +270,46 @@ def test_flush_plan_method(config):
         "memory_flush": config.compaction.memory_flush.model_copy(update={"enabled": False})})})
     (none,) = call_all(off, [("memory.flushPlan", {})])
     assert none == {"agentId": "main", "plan": None}
+
+
+def test_v1_keyword_search_runs_on_the_event_loop_with_the_threads_answers(config, monkeypatch):
+    """A warm keyword-only engine searches on the loop (the loop awaits the worker's reply, no thread
+    hop); its answers are the thread path's, byte for byte."""
+    from tests.helpers import wait_for
+
+    queries = [{"query": "coffee"}, {"query": "roast coffee AeroPress", "maxResults": 2},
+               {"query": "nothing matches this"}, {"query": "coffee", "minScore": 0.99}]
+    on_loop = []
+    search_async = MemoryCore.search_async
+
+    async def spy(self, *args, **kwargs):
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return await search_async(self, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryCore, "search_async", spy)
+    allowed = MemoryCore.searches_on_loop
+    loop_allowed = [False]
+    monkeypatch.setattr(MemoryCore, "searches_on_loop", lambda self: loop_allowed[0] and allowed(self))
+
+    def answers(loop_path: bool):
+        loop_allowed[0] = loop_path
+        service = MemoryService(config)
+        try:
+            core = service.core("main")
+            core.search("coffee")  # bootstraps freshness: the steps before the task only read state now
+            assert wait_for(lambda: not loop_path or core.searches_on_loop())
+
+            async def main():
+                async with GatewayServer(service, auth=p.AuthSettings("token", TOKEN)) as server:
+                    async with await GatewayClient.open(server.url, token=TOKEN) as client:
+                        return [json.dumps(await client.call("memory.search", q)) for q in queries]
+
+            return asyncio.run(main())
+        finally:
+            service.close()
+
+    on_thread = answers(False)
+    assert on_loop == []
+    assert answers(True) == on_thread
+    assert on_loop == [True] * len(queries)
+    assert json.loads(on_thread[0])["results"][0]["path"] == "MEMORY.md"

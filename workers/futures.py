@@ -1,8 +1,11 @@
-"""The outcome of a pool task: :class:`TaskFuture` for ``submit()``, :class:`RunResult` for ``run()``."""
+"""The outcome of a pool task: :class:`TaskFuture` for ``submit()``, :class:`RunResult` for ``run()``,
+:class:`LoopResult` for ``run_async()``."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -66,3 +69,41 @@ class RunResult:
         if self._exc is not None:
             raise self._exc
         return self._value
+
+
+class LoopResult(RunResult):
+    """The outcome slot of a ``run_async()`` task: a :class:`RunResult` that also completes
+    :attr:`future`, an asyncio future of ``loop``; set from the loop's thread (its reply reader)
+    directly, from another thread (the dispatcher: deadlines, deaths) through
+    ``call_soon_threadsafe``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self._thread = threading.get_ident()
+
+    def set_result(self, value: Any) -> None:
+        super().set_result(value)
+        self._publish()
+
+    def set_exception(self, exc: BaseException) -> None:
+        super().set_exception(exc)
+        self._publish()
+
+    def _publish(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._resolve()
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._resolve)
+        except RuntimeError:  # the loop is closed: nobody awaits the future any more
+            pass
+
+    def _resolve(self) -> None:
+        future = self.future
+        if future.done():  # cancelled by its caller, or already resolved
+            return
+        if self._exc is not None:
+            future.set_exception(self._exc)
+        else:
+            future.set_result(self._value)

@@ -24,13 +24,14 @@ worker's pipes), :mod:`workers.futures`, :mod:`workers.launch` (starting a proce
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from typing import Any
 
 from workers import waiting
 from workers.dispatcher import Dispatcher
-from workers.futures import RunResult, TaskFuture
+from workers.futures import LoopResult, RunResult, TaskFuture
 from workers.inline import InlinePool
 from workers.launch import get_context, start_worker
 from workers.runtime import worker_main
@@ -121,13 +122,34 @@ class WorkerPool:
             waiting.wait_for(self.scheduler, task)
         return result.result()
 
-    def _submit(self, task_name: str, payload: Any, timeout_s: float | None, future: Any, waiter: bool) -> Task:
+    async def run_async(self, task_name: str, payload: Any = None, *, timeout_s: float | None = None) -> Any:
+        """:meth:`run` for an asyncio caller: the running event loop reads the task's reply itself
+        (:func:`workers.waiting.read_on_loop`), no thread waits; the dispatcher still handles
+        deadlines and deaths. A caller cancelled while the task runs leaves its reply to the
+        dispatcher. Workers that must be started start in threads, never on the loop."""
+        loop = asyncio.get_running_loop()
+        result = LoopResult(loop)
+        task = self._submit(task_name, payload, timeout_s, result, True, start=self.scheduler.start_in_background)
+        # not done yet unless refused at admission (closed, over capacity)
+        release = None if result.done() else waiting.read_on_loop(self.scheduler, task, loop)
+        try:
+            return await result.future
+        finally:
+            if release is not None:
+                release()
+
+    def _submit(self, task_name: str, payload: Any, timeout_s: float | None, future: Any, waiter: bool,
+                start: Any = None) -> Task:
         tid = next(self._task_ids)
         data = task_frame(tid, task_name, payload)
         timeout = self.task_timeout_s if timeout_s is None else timeout_s
         task = Task(tid, task_name, data, len(data), future, None, timeout, waiter=waiter)
-        for slot in self.scheduler.submit(task):
-            self.scheduler.start(slot)
+        to_start = self.scheduler.submit(task)
+        if to_start and start is not None:
+            start(to_start)
+        else:
+            for slot in to_start:
+                self.scheduler.start(slot)
         return task
 
     def broadcast(self, control: str, payload: Any) -> int:

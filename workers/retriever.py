@@ -20,6 +20,7 @@ from host_facades.retrieval.vector_cache import prune_shared
 from memory_core.generations import GenerationLeases
 from workers.inline import InlinePool
 from workers.pool import WorkerPool
+from workers.steps import Steps, drive
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,18 @@ class PooledRetriever:
         worker) on one leased generation; an absent database answers ``empty_index``.
         ``keyword``: what :meth:`collect_keyword` returned for ``req``, used by the task when it
         reads the same file and generation (else the task runs the keyword stage itself)."""
+        return drive(self.search_steps(req, timeout_s=timeout_s, keyword=keyword), self.pool)
+
+    def search_steps(self, req: SearchRequest, *, timeout_s: float | None = None,
+                     keyword: tuple | None = None) -> Steps[SearchReply]:
+        """:meth:`run_search` as steps (:mod:`workers.steps`): it yields its ``search`` task."""
         lease, keep = self.leases.acquire_unbound(self.current_db_id)
         try:
             # plain values both ways: typed objects only on each side of the pipe
             payload = {"db_path": self.db_path, "keep": keep, "req": req.wire()}
             if keyword is not None:
                 payload["keyword"] = keyword
-            db_id, revision, reply = self.pool.run("search", payload, timeout_s=timeout_s or self.timeout_s)
+            db_id, revision, reply = yield "search", payload, timeout_s or self.timeout_s
             if db_id is None:
                 return SearchReply(mode="empty", revision=revision, empty_index=True)
             self._read(lease, db_id, revision)

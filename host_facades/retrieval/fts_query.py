@@ -235,7 +235,7 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
     """Truncate to ``limit`` UTF-16 code units without splitting a surrogate pair."""
     if len(text) <= limit // 2:
         return text
-    if not _ASTRAL.search(text, 0, limit + 1):
+    if text.isascii() or not _ASTRAL.search(text, 0, limit + 1):
         return text[:limit]  # all BMP: code points = UTF-16 units
     units = 0
     for i, ch in enumerate(text):

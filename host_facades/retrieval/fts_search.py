@@ -12,9 +12,10 @@ path-only hits), ``path_score``, ``exact`` (exact-path specificity 0..3) and ``h
 
 from __future__ import annotations
 
+import functools
 import time
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import apsw
@@ -50,8 +51,9 @@ def _needs_source_filter(conn: apsw.Connection, sources: Sequence[str] | None) -
     return False
 
 
-def _match_rows(conn: apsw.Connection, plan: dict[str, Any], *, limit: int, sources, tokenizer) -> list[tuple]:
-    filt = _needs_source_filter(conn, sources)
+def _match_rows(conn: apsw.Connection, plan: dict[str, Any], *, limit: int, sources, tokenizer,
+                needs_filter: Callable[[], bool] | None = None) -> list[tuple]:
+    filt = needs_filter() if needs_filter is not None else _needs_source_filter(conn, sources)
     wanted = set(sources or ())
     fetch = limit if not filt else limit * 2 + 8
     while True:
@@ -80,12 +82,14 @@ def _match_rows(conn: apsw.Connection, plan: dict[str, Any], *, limit: int, sour
         fetch *= 4
 
 
-def _body_rows(conn: apsw.Connection, plan: dict[str, Any], *, limit: int, sources, tokenizer) -> tuple[list[tuple], str, str | None]:
+def _body_rows(conn: apsw.Connection, plan: dict[str, Any], *, limit: int, sources, tokenizer,
+               needs_filter: Callable[[], bool] | None = None) -> tuple[list[tuple], str, str | None]:
     if not plan["match_query"] and not plan["substring_terms"]:
         return [], "none", None
     try:
         if plan["match_query"]:
-            return _match_rows(conn, plan, limit=limit, sources=sources, tokenizer=tokenizer), "match", None
+            return (_match_rows(conn, plan, limit=limit, sources=sources, tokenizer=tokenizer,
+                                needs_filter=needs_filter), "match", None)
         sql, params, kind = body_search_sql(plan, limit=limit, sources=sources, tokenizer=tokenizer)
         return list(conn.execute(sql, params)), kind, None
     except apsw.Error as exc:
@@ -110,10 +114,13 @@ def body_search(
     boost: bool = True,
     match_any: bool = False,
     extra_terms: Sequence[str] = (),
+    needs_filter: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Body FTS search: ``{hits, kind, error, match_query}``; LIKE-only hits get text_score 0 (D3)."""
+    """Body FTS search: ``{hits, kind, error, match_query}``; LIKE-only hits get text_score 0 (D3).
+    ``needs_filter()``: whether other sources than ``sources`` hold chunks (default: asked here)."""
     plan = plan_keyword_search(query, tokenizer, match_any=match_any, extra_terms=extra_terms)
-    rows, kind, error = _body_rows(conn, plan, limit=max(1, int(limit)), sources=sources, tokenizer=tokenizer)
+    rows, kind, error = _body_rows(conn, plan, limit=max(1, int(limit)), sources=sources, tokenizer=tokenizer,
+                                   needs_filter=needs_filter)
     rq = ranking_query if ranking_query is not None else query
     rq_tokens = unique_terms(lower_tokens(rq))
     hits = []
@@ -378,10 +385,12 @@ def keyword_search(
     match_any: bool = False,
     extra_terms: Sequence[str] = (),
     exact_hits: Sequence[dict[str, Any]] | None = None,
+    needs_filter: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """One keyword probe: body search + path search, merged by id and limited."""
     body = body_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer,
-                       ranking_query=ranking_query, boost=boost, match_any=match_any, extra_terms=extra_terms)
+                       ranking_query=ranking_query, boost=boost, match_any=match_any, extra_terms=extra_terms,
+                       needs_filter=needs_filter)
     path = path_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer,
                        exact_path_query=exact_path_query, exact_hits=exact_hits)
     hits = limit_keyword_hits(merge_keyword_hits([body["hits"], path["hits"]]), limit)
@@ -417,7 +426,10 @@ def keyword_search_with_fallback(
     exact = exact_path_search(conn, query, sources=sources, tokenizer=tokenizer)
     t1 = time.perf_counter()
     ms["exact_path"] = (t1 - t) * 1000
-    full = keyword_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer, exact_hits=exact["hits"])
+    # whether the body rows need the source filter: one probe of the snapshot for all the statements
+    needs_filter = functools.cache(lambda: _needs_source_filter(conn, sources))
+    full = keyword_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer, exact_hits=exact["hits"],
+                          needs_filter=needs_filter)
     t = time.perf_counter()
     ms["strict"] = (t - t1) * 1000
     if exact["error"]:
@@ -445,7 +457,8 @@ def keyword_search_with_fallback(
         or_terms = [k for k in extract_keywords(query, tokenizer) if k != whole][:MAX_QUERY_TERMS] or terms
         t = time.perf_counter()
         probe = keyword_search(conn, " ".join(or_terms), limit=limit, sources=sources, tokenizer=tokenizer,
-                               ranking_query=query, match_any=True, exact_hits=exact["hits"])
+                               ranking_query=query, match_any=True, exact_hits=exact["hits"],
+                               needs_filter=needs_filter)
         ms["or"] = (time.perf_counter() - t) * 1000
         info["probes"].append({"or": probe["match_query"], "count": len(probe["hits"])})
         info["errors"].extend(probe["errors"])
@@ -458,7 +471,7 @@ def keyword_search_with_fallback(
         t = time.perf_counter()
         for term in terms:
             probe = keyword_search(conn, term, limit=limit, sources=sources, tokenizer=tokenizer,
-                                   ranking_query=query, exact_hits=exact["hits"])
+                                   ranking_query=query, exact_hits=exact["hits"], needs_filter=needs_filter)
             info["probes"].append({"term": term, "count": len(probe["hits"])})
             info["errors"].extend(probe["errors"])
             sets.append(probe["hits"])

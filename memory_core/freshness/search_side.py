@@ -25,10 +25,17 @@ class SearchSide:
     watcher: Any
     settings: Any
     targets: Any
+    _bootstrapped: bool
 
     def watching(self) -> bool:
         """A watcher runs and is healthy: it reports changes, so no reconcile is needed to find them."""
         return self.watcher is not None and self.watcher.healthy()
+
+    def before_search_is_cheap(self) -> bool:
+        """Whether :meth:`before_search` would only read state now: the watcher is up (no inline
+        reconcile, no restart) and the index was bootstrapped (no sync waited for). An event loop
+        may then run it instead of a thread."""
+        return self._bootstrapped and self.watching()
 
     def check_watcher(self) -> bool:
         """Restart a watcher that died; True when it had to be restarted."""

@@ -230,7 +230,9 @@ class MemoryMethods:
         if owner is not None and not owner.has_provider_runtime and owner.runtime is not None:
             return await self.search_v1_legacy(request, agent_id, owner.runtime)
         # An open engine is a dict lookup; an agent not open yet is opened (which may index) in the
-        # search's own thread, one hop off the event loop for both
+        # search's own thread, one hop off the event loop. An open keyword-only engine whose
+        # freshness step only reads state searches on the loop, which awaits the worker's reply:
+        # no thread hop at all (MemoryCore.searches_on_loop).
         core = self.service.runtime.opened_core(agent_id)
 
         def search() -> tuple[list[Any], dict[str, Any] | None]:
@@ -243,8 +245,16 @@ class MemoryMethods:
             hits = core.search(request.query, max_results=request.max_results, min_score=request.min_score)
             return hits, hits.staleness
 
+        async def search_on_loop() -> tuple[list[Any], dict[str, Any] | None]:
+            hits = await core.search_async(request.query, max_results=request.max_results,
+                                           min_score=request.min_score)
+            return hits, hits.staleness
+
         try:
-            hits, staleness = await asyncio.to_thread(search)
+            if core is not None and core.searches_on_loop():
+                hits, staleness = await search_on_loop()
+            else:
+                hits, staleness = await asyncio.to_thread(search)
         except _OpenFailed as failed:
             raise unavailable(f"memory search unavailable: {error_message(failed.error)}") from failed.error
         except Exception as exc:  # noqa: BLE001 - e.g. an agent whose own query budget is smaller

@@ -39,6 +39,7 @@ from memory_core.search.types import SearchHit, SearchResults, hits_from_reply
 from memory_core.store.access import index_errors, raise_index_error
 from memory_core.store.reader import CachedReader
 from memory_core.validation import search_numbers
+from workers.steps import Steps, drive
 
 MAX_CANDIDATES = 200
 # the keyword stage's ms in a worker while the owner embedded the query (an explain param, not a
@@ -278,8 +279,33 @@ class SearchEngine:
         (``None``) or failed to be (the error, raised after the hook unless the hook raises its
         own). An index file that is not a readable database raises
         :class:`~memory_core.errors.IndexCorrupt`."""
+        return drive(self.search_steps(
+            query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
+            active_project_keys=active_project_keys, query_vector=query_vector, details=details,
+            candidates_for=candidates_for, on_embedding=on_embedding), self._pool)
+
+    @property
+    def _pool(self) -> Any:
+        return None if self.retriever is None else self.retriever.pool
+
+    def search_steps(
+        self,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        sources: Sequence[str] | str | None = None,
+        lexical_only: bool = False,
+        active_project_keys: Sequence[str] | None = None,
+        query_vector: Sequence[float] | None = None,
+        details: bool = False,
+        candidates_for: int | None = None,
+        on_embedding: Callable[[BaseException | None], None] | None = None,
+    ) -> Steps[SearchResults]:
+        """:meth:`search` as steps (``workers/steps.py``): a pooled search yields its one worker
+        task; an in-process one yields nothing."""
         try:
-            done = self._search(
+            done = yield from self._search(
                 query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
                 active_project_keys=active_project_keys, query_vector=query_vector, details=details,
                 candidates_for=candidates_for, on_embedding=on_embedding,
@@ -372,7 +398,7 @@ class SearchEngine:
         details: bool,
         candidates_for: int | None = None,
         on_embedding: Callable[[BaseException | None], None] | None = None,
-    ) -> tuple[SearchRequest, SearchReply, float, dict[str, float]] | None:
+    ) -> Steps[tuple[SearchRequest, SearchReply, float, dict[str, float]] | None]:
         """``(request, reply, start time, stage timings in ms)`` of one search; None when it has
         nothing to search (a blank query, an empty index)."""
         t_start = time.perf_counter()
@@ -402,10 +428,10 @@ class SearchEngine:
             raise missing
         want_vector = not lexical_only and (self.provider is not None or query_vector is not None)
         if self.retriever is not None:
-            return self._search_pooled(st, q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
-                                       active_project_keys=active_project_keys, details=details,
-                                       candidates_for=candidates_for, on_embedding=on_embedding,
-                                       t_start=t_start)
+            return (yield from self._search_pooled(
+                st, q, srcs, mr, ms, want_vector=want_vector, query_vector=query_vector,
+                active_project_keys=active_project_keys, details=details, candidates_for=candidates_for,
+                on_embedding=on_embedding, t_start=t_start))
         stages: dict[str, float] = {}
         with self._lock:
             t = time.perf_counter()
@@ -446,7 +472,7 @@ class SearchEngine:
                        query_vector: Sequence[float] | None, active_project_keys: Sequence[str] | None,
                        details: bool, candidates_for: int | None = None,
                        on_embedding: Callable[[BaseException | None], None] | None = None,
-                       t_start: float | None = None) -> tuple[SearchRequest, SearchReply, float, dict[str, float]] | None:
+                       t_start: float | None = None) -> Steps[tuple[SearchRequest, SearchReply, float, dict[str, float]] | None]:
         """The whole search as ONE worker task (``self.retriever.run_search``) on one generation; the
         content probe runs in the worker, in the same snapshot."""
         t = time.perf_counter()
@@ -483,7 +509,7 @@ class SearchEngine:
             t2 = t3
         if qvec is not None:
             req = frozen_new(SearchRequest, {**req.__dict__, "qvec": qvec})
-        reply = self.retriever.run_search(req, keyword=keyword)
+        reply = yield from self.retriever.search_steps(req, keyword=keyword)
         # the task's round trip less what the worker measured inside it
         stages["pool"] = max(0.0, (time.perf_counter() - t2) * 1000 - sum(reply.timings_ms.values()))
         if reply.empty_index:

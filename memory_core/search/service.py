@@ -14,6 +14,7 @@ from memory_core.errors import MemoryCoreError
 from memory_core.search.engine import SearchEngine, account
 from memory_core.search.types import SearchResults
 from memory_core.store.access import index_errors
+from workers.steps import Steps, drive
 
 _UNSET: Any = object()
 
@@ -95,13 +96,21 @@ class SearchService:
 
     def _search(self, query: str, before_search: Callable[[], dict[str, Any] | None],
                 answer_staleness: Callable[[Any, str, Any], Any], kwargs: dict[str, Any]) -> SearchResults:
+        engine = self.engine
+        return drive(self.search_steps(query, before_search, answer_staleness, kwargs),
+                     None if engine.retriever is None else engine.retriever.pool)
+
+    def search_steps(self, query: str, before_search: Callable[[], dict[str, Any] | None],
+                     answer_staleness: Callable[[Any, str, Any], Any], kwargs: dict[str, Any]) -> Steps[SearchResults]:
+        """One search (:meth:`search` without ``sync_if_empty`` and ``keyword_fallback``) as steps
+        (``workers/steps.py``): a pooled search yields its one worker task."""
         with index_errors(self.db_path):
             stale = None
             t = time.perf_counter()
             if isinstance(query, str) and query.strip():  # the engine rejects a query that is no string
                 stale = before_search()
             freshness = (time.perf_counter() - t) * 1000
-            result = self.engine.search(query, **kwargs)
+            result = yield from self.engine.search_steps(query, **kwargs)
             stale = answer_staleness(stale, query, result)
             result.staleness = stale
             details = result.details
