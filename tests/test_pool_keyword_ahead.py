@@ -123,15 +123,17 @@ def test_a_revision_change_in_between_reruns_the_keyword_stage(core, workspace):
     pool = WorkerPool("retrieval", 2, idle_timeout_s=None)
     try:
         inproc, pooled, started, ran = engines(core, pool)
-        EMB.gate = lambda: started and started[-1].future.result(timeout=60)
         before = core.search_engine.search("zeppelin rocket")
         assert "memory/zeppelin.md" not in [h.path for h in before]
 
-        def write(error):  # after the keyword task answered, before the search task
-            (workspace / "memory" / "zeppelin.md").write_text("the zeppelin rocket lands in oslo\n")
-            core.sync()
+        def write_during_embedding():  # after the keyword task answered, before the search task
+            if started and not (workspace / "memory" / "zeppelin.md").exists():
+                started[-1].future.result(timeout=60)
+                (workspace / "memory" / "zeppelin.md").write_text("the zeppelin rocket lands in oslo\n")
+                core.sync()
 
-        b = pooled.explain("zeppelin rocket", on_embedding=write)
+        EMB.gate = write_during_embedding
+        b = pooled.explain("zeppelin rocket")
         assert started[-1].future.result(timeout=0)[1] < b.revision  # the keyword task read the old generation
         assert ran == [("search", True)]
         assert "keyword" in b.timings_ms and OVERLAPPED not in b.params  # the stage ran again
@@ -165,5 +167,19 @@ def test_a_keyword_task_no_worker_picked_up_is_withdrawn(core, tmp_path):
         assert "keyword" in b.timings_ms and OVERLAPPED not in b.params
         same_answer(inproc.explain("rocket release freeze"), b)
         assert pooled.retriever.leases.count() == 0
+    finally:
+        pool.close(drain=False)
+
+
+def test_a_search_with_an_embedding_hook_reads_nothing_before_it(core):
+    """The provider runtime checks its caller's authority in ``on_embedding``: nothing may read the
+    store before that check, so such a search sends no keyword task ahead."""
+    pool = WorkerPool("retrieval", 2, idle_timeout_s=None)
+    try:
+        inproc, pooled, started, ran = engines(core, pool)
+        seen = []
+        b = pooled.explain("tea rocket oslo", on_embedding=lambda error: seen.append((error, list(ran))))
+        assert seen == [(None, [])] and started == [] and ran == [("search", False)]
+        same_answer(inproc.explain("tea rocket oslo"), b)
     finally:
         pool.close(drain=False)

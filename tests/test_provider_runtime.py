@@ -784,8 +784,8 @@ def test_search_pages_come_from_the_search_hits_alone(indexed: MemoryCoreConfig,
 
     monkeypatch.setattr(rt, "read_chunks", no_reread)
     engine = runtime.engine("main")
-    real, asked = engine.search, []
-    engine.search = lambda *a, **k: asked.append(k.get("details", False)) or real(*a, **k)  # type: ignore
+    real, asked = engine.search_steps, []  # every search of the engine goes through its steps
+    engine.search_steps = lambda *a, **k: asked.append(k.get("details", False)) or real(*a, **k)  # type: ignore
 
     async def go() -> tuple[list[dict], list[dict]]:
         lease = await open_lease(runtime)
@@ -813,8 +813,8 @@ def test_v2_ranks_the_candidates_of_one_page_and_keeps_the_window_for_its_cursor
     keeps up to the window of them for the cursor pages: its first page is v1's answer."""
     runtime = MemoryCoreProviderRuntime(indexed)
     engine = runtime.engine("main")
-    real, asked = engine.search, []
-    engine.search = lambda *a, **k: asked.append(  # type: ignore[method-assign]
+    real, asked = engine.search_steps, []  # every search of the engine goes through its steps
+    engine.search_steps = lambda *a, **k: asked.append(  # type: ignore[method-assign]
         (k["max_results"], k["candidates_for"])) or real(*a, **k)
 
     async def go() -> list[str]:

@@ -482,13 +482,21 @@ class SearchEngine:
             return None
         t1 = time.perf_counter()
         stages["identity"] = (t1 - t) * 1000
-        req = self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=None,
-                            active_project_keys=active_project_keys, details=details, probe_content=True,
-                            candidates_for=candidates_for, settings=st)
-        ahead = None
-        if want_vector and req.want_keyword and query_vector is None and not self.query_vectors.has(self.provider, q):
-            # the keyword stage runs in a worker while this thread embeds the query
-            ahead = self.retriever.submit_keyword(req)
+
+        def request(qvec: np.ndarray | None) -> SearchRequest:
+            return self._request(q, srcs, mr, ms, want_vector=want_vector, qvec=qvec,
+                                 active_project_keys=active_project_keys, details=details, probe_content=True,
+                                 candidates_for=candidates_for, settings=st)
+
+        req, ahead = None, None
+        # The keyword stage runs in a worker while this thread embeds the query, unless the caller's
+        # hook checks something once the query is embedded (the provider runtime: its caller's
+        # authority, which must be current before any read of the store) or there is nothing to embed.
+        if (want_vector and on_embedding is None and query_vector is None
+                and not self.query_vectors.has(self.provider, q)):
+            req = request(None)
+            if req.want_keyword:
+                ahead = self.retriever.submit_keyword(req)
         t_embed = time.perf_counter()
         if ahead is not None:
             stages["dispatch"] = (t_embed - t1) * 1000
@@ -507,7 +515,9 @@ class SearchEngine:
             t3 = time.perf_counter()
             stages["keyword_wait"] = (t3 - t2) * 1000
             t2 = t3
-        if qvec is not None:
+        if req is None:
+            req = request(qvec)
+        elif qvec is not None:
             req = frozen_new(SearchRequest, {**req.__dict__, "qvec": qvec})
         reply = yield from self.retriever.search_steps(req, keyword=keyword)
         # the task's round trip less what the worker measured inside it
