@@ -101,8 +101,10 @@ def _open_in_readonly_folder(db_path: str, exc: apsw.Error) -> apsw.Connection:
     return _connect(uri, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
 
 
-def open_readonly(db_path: str, *, load_vec: bool = True) -> apsw.Connection:
-    """Open ``db_path`` read-only (``query_only``, busy timeout); sqlite-vec loaded when available.
+def open_readonly(db_path: str, *, load_vec: bool = True, mmap: bool = True) -> apsw.Connection:
+    """Open ``db_path`` read-only (``query_only``, busy timeout); sqlite-vec loaded when available;
+    ``mmap`` False: pages are read into the connection's cache (for a few point reads, where mapping
+    and unmapping the file costs more than it saves).
 
     Raises FileNotFoundError when there is no file and :class:`DatabaseUnreadable` when it cannot
     be read. A database in a read-only folder is readable too (see ``_open_in_readonly_folder``)."""
@@ -119,7 +121,7 @@ def open_readonly(db_path: str, *, load_vec: bool = True) -> apsw.Connection:
     except CORRUPT_ERRORS as exc:
         raise DatabaseUnreadable("index_corrupt", corrupt_message(db_path, exc)) from None
     conn.execute("PRAGMA query_only=ON")
-    if READ_MMAP_BYTES > 0:
+    if mmap and READ_MMAP_BYTES > 0:
         conn.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
     if load_vec:
         load_sqlite_vec(conn)
