@@ -344,3 +344,69 @@ def test_two_processes_syncing_the_same_index_wait_for_each_other(tmp_path):
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])
+def test_a_new_index_file_gets_its_whole_schema_in_one_commit(tmp_path, tokenizer):
+    """A new file's schema (every migration and the FTS tables) is created by one write transaction,
+    and is the very schema the step-by-step path (``migrate`` then ``ensure_fts``) creates; a file
+    that has one already is left to those two."""
+    from memory_core.store import schema
+
+    def master(conn: apsw.Connection) -> list[tuple]:
+        return [tuple(r) for r in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name")]
+
+    stepwise = apsw.Connection(str(tmp_path / "stepwise.sqlite"))
+    schema.configure_connection(stepwise)
+    schema.migrate(stepwise)
+    assert schema.ensure_fts(stepwise, tokenizer) == (True, None)
+    at_once = apsw.Connection(str(tmp_path / "at-once.sqlite"))
+    schema.configure_connection(at_once)
+    commits = []
+    at_once.set_commit_hook(lambda: commits.append(1) or False)
+    assert schema.create_schema(at_once, tokenizer) is True
+    assert len(commits) == 1
+    assert (schema.migrate(at_once), schema.ensure_fts(at_once, tokenizer)) == (len(schema.MIGRATIONS), (True, None))
+    assert master(at_once) == master(stepwise)
+    assert (at_once.execute("PRAGMA user_version").fetchone()[0]
+            == stepwise.execute("PRAGMA user_version").fetchone()[0] == len(schema.MIGRATIONS))
+    assert schema.create_schema(at_once, tokenizer) is False  # a schema already: nothing to do
+    for conn in (stepwise, at_once):
+        conn.close()
+
+
+@pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])
+def test_a_writer_creates_a_new_file_from_the_schema_image(tmp_path, tokenizer):
+    """A new index file is written whole (``schema.new_file_image``: WAL mode, every table) and linked
+    in, private, with no temp file left; its schema is the step-by-step one and it works as any."""
+    from memory_core.store import schema
+
+    stepwise = apsw.Connection(str(tmp_path / "stepwise.sqlite"))
+    schema.configure_connection(stepwise)
+    schema.migrate(stepwise)
+    schema.ensure_fts(stepwise, tokenizer)
+    image = schema.new_file_image(tokenizer)
+    assert image[18:20] == b"\x02\x02" and schema.new_file_image(tokenizer) is image
+    w = IndexWriter(str(tmp_path / "new.sqlite"), fts_tokenizer=tokenizer, vector_enabled=False)
+    try:
+        publish(w, "memory/a.md", "zebracorn grazes")
+        conn = w.connection()
+        sql = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+        assert [tuple(r) for r in conn.execute(sql)] == [tuple(r) for r in stepwise.execute(sql)]
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert fts(conn, "zebracorn") == [("memory/a.md", "zebracorn grazes")]
+    finally:
+        w.close()
+        stepwise.close()
+    assert oct(os.stat(tmp_path / "new.sqlite").st_mode & 0o777) == "0o600"
+    assert not list(tmp_path.glob("new.sqlite.tmp-*"))
+
+
+def test_a_new_file_created_meanwhile_by_another_process_is_kept(tmp_path):
+    from memory_core.store import schema
+    from memory_core.store.connection import create_from_image
+
+    path = tmp_path / "taken.sqlite"
+    path.write_bytes(b"")  # another process's new, still empty database
+    assert create_from_image(str(path), schema.new_file_image()) is True
+    assert path.read_bytes() == b"" and not list(tmp_path.glob("taken.sqlite.tmp-*"))
