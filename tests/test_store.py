@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import apsw
 import numpy as np
@@ -410,3 +411,29 @@ def test_a_new_file_created_meanwhile_by_another_process_is_kept(tmp_path):
     path.write_bytes(b"")  # another process's new, still empty database
     assert create_from_image(str(path), schema.new_file_image()) is True
     assert path.read_bytes() == b"" and not list(tmp_path.glob("taken.sqlite.tmp-*"))
+
+
+def test_a_big_index_folder_is_listed_for_temp_leftovers_at_most_once_per_interval(tmp_path, monkeypatch):
+    """A writer start sweeps temp leftovers of dead rebuilds; in a folder of many index files (a state
+    dir of thousands of agents) that keeps changing, the folder is listed at most once per
+    ``TEMP_SCAN_INTERVAL_S``, not at every start, and a leftover goes at the next start after that."""
+    from memory_core.store import reindex
+
+    monkeypatch.setattr(reindex, "TEMP_SCAN_BIG_FOLDER", 3)
+    now = [1000.0]
+    monkeypatch.setattr(reindex, "_clock", lambda: now[0])
+    listings = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listings.append(path) or real_listdir(path))
+    for i in range(5):
+        (tmp_path / f"a{i}.sqlite").write_bytes(b"")
+    db = str(tmp_path / "a0.sqlite")
+    assert reindex.sweep_dead_temp_files(db) == []
+    leftover = f"{db}.tmp-1-killed"
+    Path(leftover).write_bytes(b"x")
+    assert reindex.sweep_dead_temp_files(db) == []  # listed less than the interval ago
+    assert reindex.sweep_dead_temp_files(str(tmp_path / "a1.sqlite")) == []  # one listing for the folder
+    assert listings == [str(tmp_path)]
+    now[0] += reindex.TEMP_SCAN_INTERVAL_S
+    assert reindex.sweep_dead_temp_files(db) == [leftover]
+    assert not os.path.exists(leftover)
