@@ -76,7 +76,9 @@ class IndexOwner(IndexIdentity):
         self._closed = False
         self._readable_ident: tuple[int, int] | None = None  # the file check_readable last opened
         self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
-        self.meta_reader = CachedReader(self.db_path, load_vec=False)  # identity reads, never the writer's
+        # identity reads, never the writer's; point reads, so the file is not mapped (a map and unmap
+        # per opened agent cost more than the few pages read)
+        self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False)
         self._check_workspace()
 
     @property

@@ -181,7 +181,10 @@ def _close_later(core: Any) -> None:
         if _closer is None or not _closer.is_alive():
             _closer = threading.Thread(target=_close_loop, name="memory-core-agent-closer", daemon=True)
             _closer.start()
-        _closing_cond.notify()
+        # only a closer with nothing queued needs waking: one with a queue already wakes at its head's
+        # time, which is before this core's (a wake per eviction cost a thread switch per opened agent)
+        if len(_closing) == 1:
+            _closing_cond.notify()
 
 
 def _close_loop() -> None:

@@ -49,6 +49,30 @@ def test_the_least_recently_used_agent_is_closed_past_the_cap_never_one_in_use()
     assert agents.stats() == {"open": 2, "cap": 2, "evicted": 3}
 
 
+def test_evicted_agents_are_all_closed_and_the_closer_is_woken_once_per_empty_queue(monkeypatch):
+    """Every evicted agent is closed by the one closer thread; only an eviction that finds nothing
+    queued wakes it (with a queue it already wakes at its head's time, earlier than the new one's)."""
+    import threading
+
+    class Counting(threading.Condition):
+        notified = 0
+
+        def notify(self, n: int = 1) -> None:
+            Counting.notified += 1
+            super().notify(n)
+
+    monkeypatch.setattr(open_agents, "_closing_cond", Counting())
+    monkeypatch.setattr(open_agents, "_closing", [])
+    monkeypatch.setattr(open_agents, "_closer", None)
+    cores = [FakeCore(f"c{i}") for i in range(5)]
+    for core in cores:
+        open_agents._close_later(core)
+    assert Counting.notified == 1
+    assert wait_for(lambda: all(c.closed for c in cores), timeout=10)
+    open_agents._close_later(FakeCore("late"))  # the queue is empty again: this one wakes it
+    assert Counting.notified == 2
+
+
 def make_agents(tmp_path: Path, n: int, **extra) -> MemoryCoreConfig:
     agents = {}
     for i in range(n):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import apsw
 import numpy as np
@@ -359,6 +360,7 @@ def test_an_index_with_its_own_fts_text_copy_keeps_working_and_a_new_one_stores_
     old_path = str(tmp_path / "old.sqlite")
     with monkeypatch.context() as m:
         m.setattr(schema, "_FTS_SQL", old_sql)  # as an older release created it
+        m.setattr(schema, "_IMAGES", {})  # new files' images: built from that SQL, then dropped
         w = IndexWriter(old_path)
         publish(w, "memory/a.md", "lighthouse keeper")
         w.close()
@@ -399,3 +401,95 @@ def test_the_wal_is_checkpointed_by_bytes_whatever_the_page_size(tmp_path):
         finally:
             w.close()
     assert got == {"old": (4096, 1000, 4_096_000), "new": (16384, 250, 4_096_000)}
+
+
+@pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])
+def test_a_new_index_file_gets_its_whole_schema_in_one_commit(tmp_path, tokenizer):
+    """A new file's schema (every migration and the FTS tables) is created by one write transaction,
+    and is the very schema the step-by-step path (``migrate`` then ``ensure_fts``) creates; a file
+    that has one already is left to those two."""
+    from memory_core.store import schema
+
+    def master(conn: apsw.Connection) -> list[tuple]:
+        return [tuple(r) for r in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name")]
+
+    stepwise = apsw.Connection(str(tmp_path / "stepwise.sqlite"))
+    schema.configure_connection(stepwise)
+    schema.migrate(stepwise)
+    assert schema.ensure_fts(stepwise, tokenizer) == (True, None)
+    at_once = apsw.Connection(str(tmp_path / "at-once.sqlite"))
+    schema.configure_connection(at_once)
+    commits = []
+    at_once.set_commit_hook(lambda: commits.append(1) or False)
+    assert schema.create_schema(at_once, tokenizer) is True
+    assert len(commits) == 1
+    assert (schema.migrate(at_once), schema.ensure_fts(at_once, tokenizer)) == (len(schema.MIGRATIONS), (True, None))
+    assert master(at_once) == master(stepwise)
+    assert (at_once.execute("PRAGMA user_version").fetchone()[0]
+            == stepwise.execute("PRAGMA user_version").fetchone()[0] == len(schema.MIGRATIONS))
+    assert schema.create_schema(at_once, tokenizer) is False  # a schema already: nothing to do
+    for conn in (stepwise, at_once):
+        conn.close()
+
+
+@pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])
+def test_a_writer_creates_a_new_file_from_the_schema_image(tmp_path, tokenizer):
+    """A new index file is written whole (``schema.new_file_image``: WAL mode, every table) and linked
+    in, private, with no temp file left; its schema is the step-by-step one and it works as any."""
+    from memory_core.store import schema
+
+    stepwise = apsw.Connection(str(tmp_path / "stepwise.sqlite"))
+    schema.configure_connection(stepwise)
+    schema.migrate(stepwise)
+    schema.ensure_fts(stepwise, tokenizer)
+    image = schema.new_file_image(tokenizer)
+    assert image[18:20] == b"\x02\x02" and schema.new_file_image(tokenizer) is image
+    w = IndexWriter(str(tmp_path / "new.sqlite"), fts_tokenizer=tokenizer, vector_enabled=False)
+    try:
+        publish(w, "memory/a.md", "zebracorn grazes")
+        conn = w.connection()
+        sql = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+        assert [tuple(r) for r in conn.execute(sql)] == [tuple(r) for r in stepwise.execute(sql)]
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert fts(conn, "zebracorn") == [("memory/a.md", "zebracorn grazes")]
+    finally:
+        w.close()
+        stepwise.close()
+    assert oct(os.stat(tmp_path / "new.sqlite").st_mode & 0o777) == "0o600"
+    assert not list(tmp_path.glob("new.sqlite.tmp-*"))
+
+
+def test_a_new_file_created_meanwhile_by_another_process_is_kept(tmp_path):
+    from memory_core.store import schema
+    from memory_core.store.connection import create_from_image
+
+    path = tmp_path / "taken.sqlite"
+    path.write_bytes(b"")  # another process's new, still empty database
+    assert create_from_image(str(path), schema.new_file_image()) is True
+    assert path.read_bytes() == b"" and not list(tmp_path.glob("taken.sqlite.tmp-*"))
+
+
+def test_a_big_index_folder_is_listed_for_temp_leftovers_at_most_once_per_interval(tmp_path, monkeypatch):
+    """A writer start sweeps temp leftovers of dead rebuilds; in a folder of many index files (a state
+    dir of thousands of agents) that keeps changing, the folder is listed at most once per
+    ``TEMP_SCAN_INTERVAL_S``, not at every start, and a leftover goes at the next start after that."""
+    from memory_core.store import reindex
+
+    monkeypatch.setattr(reindex, "TEMP_SCAN_BIG_FOLDER", 3)
+    now = [1000.0]
+    monkeypatch.setattr(reindex, "_clock", lambda: now[0])
+    listings = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listings.append(path) or real_listdir(path))
+    for i in range(5):
+        (tmp_path / f"a{i}.sqlite").write_bytes(b"")
+    db = str(tmp_path / "a0.sqlite")
+    assert reindex.sweep_dead_temp_files(db) == []
+    leftover = f"{db}.tmp-1-killed"
+    Path(leftover).write_bytes(b"x")
+    assert reindex.sweep_dead_temp_files(db) == []  # listed less than the interval ago
+    assert reindex.sweep_dead_temp_files(str(tmp_path / "a1.sqlite")) == []  # one listing for the folder
+    assert listings == [str(tmp_path)]
+    now[0] += reindex.TEMP_SCAN_INTERVAL_S
+    assert reindex.sweep_dead_temp_files(db) == [leftover]
+    assert not os.path.exists(leftover)

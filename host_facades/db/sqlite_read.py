@@ -130,10 +130,13 @@ def _ident(name: str) -> str:
     return name.replace('"', '""')
 
 
-def open_readonly(db_path: str, *, load_vec: bool = True, check_pages: bool = False) -> apsw.Connection:
+def open_readonly(db_path: str, *, load_vec: bool = True, check_pages: bool = False,
+                  mmap: bool = True) -> apsw.Connection:
     """Open ``db_path`` read-only (``query_only``, busy timeout); sqlite-vec loaded when available.
     ``check_pages`` also reads the first row of every table and index (:func:`read_every_tree`), for
-    a caller that opens the file once for long (the writer), not for each search.
+    a caller that opens the file once for long (the writer), not for each search. ``mmap`` False:
+    pages are read into the connection's cache (for a few point reads, where mapping and unmapping
+    the file costs more than it saves).
 
     Raises FileNotFoundError when there is no file and :class:`DatabaseUnreadable` when it cannot
     be read. A database in a read-only folder is readable too (see ``_open_in_readonly_folder``)."""
@@ -156,7 +159,7 @@ def open_readonly(db_path: str, *, load_vec: bool = True, check_pages: bool = Fa
     except CORRUPT_ERRORS as exc:
         raise DatabaseUnreadable("index_corrupt", corrupt_message(db_path, exc)) from None
     conn.execute("PRAGMA query_only=ON")
-    if READ_MMAP_BYTES > 0:
+    if mmap and READ_MMAP_BYTES > 0:
         conn.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
     if load_vec:
         load_sqlite_vec(conn)

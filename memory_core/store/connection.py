@@ -10,6 +10,7 @@ import functools
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -20,10 +21,39 @@ from host_facades.db.sqlite_read import open_readonly
 from memory_core.errors import IndexBusy
 from memory_core.store import schema
 from memory_core.store.access import ensure_writable_dir, index_errors
-from memory_core.store.perms import create_private_file
+from memory_core.store.perms import PRIVATE_FILE, create_private_file
 
 OPEN_ATTEMPTS = 20  # opens raced by another process's file swap before giving up (IndexBusy)
 T = TypeVar("T")
+
+
+def create_from_image(db_path: str, image: bytes | None) -> bool:
+    """Create ``db_path`` (mode 0600) holding ``image`` (``schema.new_file_image``): written and
+    fsynced under a temp name, then linked in, so no process ever opens it half written and an
+    existing file is never replaced. False when there is no image or the file could not be made so
+    (the caller creates it empty, as before); True also when another process created it first."""
+    if image is None:
+        return False
+    temp = f"{db_path}.tmp-{os.getpid()}-{uuid.uuid4().hex}"  # swept like a dead rebuild's if we die here
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+        try:
+            view = memoryview(image)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, db_path)
+        except FileExistsError:
+            pass
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    return True
 
 
 def serialized_method(method):
@@ -120,18 +150,19 @@ class WriterConnection:
                 # is read too: damaged pages after it fail here, not in the first sync
                 with contextlib.suppress(FileNotFoundError):
                     open_readonly(self.db_path, load_vec=False, check_pages=True).close()
+            elif create_from_image(self.db_path, schema.new_file_image(self.fts_tokenizer)):
+                created = False  # its schema and settings are in the image
             else:
                 create_private_file(self.db_path)  # 0600 whatever the umask; -wal/-shm get its mode
             conn = apsw.Connection(self.db_path)
             try:
-                if created:  # before WAL mode and the first table, so only a new file gets them:
-                    # free pages go back to the file system, and 16 KiB pages hold a chunk row (its
-                    # text and float32 vector, ~3 KB) with little left over, where 4 KiB pages held one
-                    conn.execute("PRAGMA page_size=16384")
-                    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                if created:  # an empty file (no image): as the image's
+                    for pragma in schema.NEW_FILE_PRAGMAS:
+                        conn.execute(pragma)
                 schema.configure_connection(conn)
                 if not self.durable:  # a throw-away build file: fsynced once before it is swapped in
                     conn.execute("PRAGMA synchronous=OFF")
+                schema.create_schema(conn, self.fts_tokenizer)  # a new file: its whole schema at once
                 schema.migrate(conn)
                 self.fts_available, self.fts_error = schema.ensure_fts(conn, self.fts_tokenizer)
                 # sqlite-vec is also loaded when vectors are off but a vec0 table exists, so deletes can

@@ -28,12 +28,12 @@ _UNVERIFIED = itertools.count(1)
 TRANSIENT_ERRORS = (apsw.ReadOnlyError, apsw.BusyError, apsw.CantOpenError)
 
 
-def open_readonly_retrying(db_path: str, *, load_vec: bool, attempts: int = 8) -> apsw.Connection:
+def open_readonly_retrying(db_path: str, *, load_vec: bool, attempts: int = 8, mmap: bool = True) -> apsw.Connection:
     """:func:`open_readonly`, retried with a short backoff while the failure is one a file swap by
     another process causes (the -shm of the old file met, a lock held across the rename)."""
     for attempt in range(attempts):
         try:
-            return open_readonly(db_path, load_vec=load_vec)
+            return open_readonly(db_path, load_vec=load_vec, mmap=mmap)
         except DatabaseUnreadable as exc:
             if exc.code == "index_corrupt" or attempt == attempts - 1:
                 raise
@@ -61,9 +61,10 @@ class CachedReader:
     and so does :meth:`close`.
     """
 
-    def __init__(self, db_path: str, *, load_vec: bool = True) -> None:
+    def __init__(self, db_path: str, *, load_vec: bool = True, mmap: bool = True) -> None:
         self.db_path = db_path
         self.load_vec = load_vec
+        self.mmap = mmap  # False: point reads (the owner's identity reads), no mapping of the file
         self.conn: apsw.Connection | None = None
         self.ident: tuple[int, int] | None = None  # the identity of the file ``conn`` has open
         self._lock = threading.RLock()
@@ -78,7 +79,7 @@ class CachedReader:
             self.close()
             conn = None
             for _attempt in range(OPEN_ATTEMPTS):
-                conn = open_readonly_retrying(self.db_path, load_vec=self.load_vec)
+                conn = open_readonly_retrying(self.db_path, load_vec=self.load_vec, mmap=self.mmap)
                 after = file_ident(self.db_path)
                 if after == ident:
                     break

@@ -26,6 +26,13 @@ from memory_core.store.writer import IndexWriter
 T = TypeVar("T")
 
 TEMP_MAX_AGE_S = 10 * 60
+# A folder of more entries than this (a state dir of thousands of agents: 40,000 files at 10,000) is
+# listed for temp leftovers at most every TEMP_SCAN_INTERVAL_S while it keeps changing, not at every
+# writer start: one listing per opened agent made a server's cold start quadratic in its agents.
+TEMP_SCAN_BIG_FOLDER = 1000
+TEMP_SCAN_INTERVAL_S = 10.0
+_temp_scans: dict[str, tuple[float, int, int, frozenset[str]]] = {}
+_clock = time.monotonic
 _SIDECARS = ("-wal", "-shm", "-journal")
 
 
@@ -158,13 +165,34 @@ def _temp_owner(db_path: str, path: str) -> int | None:
     return int(head) if head.isdigit() and "-" in rest else None
 
 
+def _may_have_temp_files(db_path: str) -> bool:
+    """Whether ``<db>.tmp-*`` files may exist, from one listing of the folder shared by all its index
+    files: listed again when the folder changed, a big one (:data:`TEMP_SCAN_BIG_FOLDER`) at most
+    every :data:`TEMP_SCAN_INTERVAL_S` (a leftover that appeared meanwhile goes at a later start)."""
+    folder, name = os.path.split(db_path)
+    try:
+        mtime = os.stat(folder).st_mtime_ns
+    except OSError:
+        return True  # let the sweep itself find out
+    now = _clock()
+    seen = _temp_scans.get(folder)
+    if seen is None or (seen[1] != mtime and (seen[2] <= TEMP_SCAN_BIG_FOLDER or now - seen[0] >= TEMP_SCAN_INTERVAL_S)):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return True
+        seen = (now, mtime, len(names), frozenset(n.split(".tmp-", 1)[0] for n in names if ".tmp-" in n))
+        _temp_scans[folder] = seen
+    return name in seen[3]
+
+
 def sweep_dead_temp_files(db_path: str, *, lock_held: bool = False) -> list[str]:
     """Delete the temp databases (and sidecars) of rebuilds whose process is gone, whatever their
     age; returns them. With the reindex lock free (taken here for the sweep) or held by the caller
     (``lock_held``) no rebuild runs, so every temp file is a leftover; while another process holds
     it, only files whose recorded pid is dead are removed."""
     db_path = os.path.abspath(db_path)
-    if not glob.glob(glob.escape(db_path) + ".tmp-*"):
+    if not lock_held and not _may_have_temp_files(db_path):
         return []
     fd = None
     free = lock_held

@@ -9,6 +9,7 @@ configured tokenizer and the ``vec0`` table on the embedding dimensions, so they
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import apsw
@@ -241,6 +242,59 @@ def migrate(conn: apsw.Connection) -> int:
     if start and version > start:  # a table a step rebuilt left its old pages free
         release_free_pages(conn)
     return version
+
+
+def create_schema(conn: apsw.Connection, tokenizer: str = "unicode61") -> bool:
+    """Create the whole schema of a database that has none yet (``user_version`` 0): every migration
+    and the FTS tables in ONE write transaction, the same tables :func:`migrate` and
+    :func:`ensure_fts` create step by step. False (nothing done) when it has a schema already or
+    the one transaction failed (FTS5 missing, say): those two then do it as usual."""
+    if tokenizer not in FTS_TOKENIZERS or int(conn.execute("PRAGMA user_version").fetchone()[0]) != 0:
+        return False
+    try:
+        # a new agent's index: one commit and one schema reload instead of one per step (a server
+        # opening thousands of new agents pays them for each)
+        with write_tx(conn):
+            if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:  # another process may have
+                for sql in MIGRATIONS:
+                    conn.execute(sql)
+                conn.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+                conn.execute(_FTS_SQL.format(tok=FTS_TOKENIZERS[tokenizer]))
+    except apsw.Error:
+        return False
+    return True
+
+
+_IMAGES: dict[str, bytes] = {}
+_images_lock = threading.Lock()
+
+
+# before WAL mode and the first table, so only a new file gets them: free pages go back to the file
+# system, and 16 KiB pages hold a chunk row (its text and float32 vector, ~3 KB) with little left
+# over, where 4 KiB pages held one
+NEW_FILE_PRAGMAS = ("PRAGMA page_size=16384", "PRAGMA auto_vacuum=INCREMENTAL")
+
+
+def new_file_image(tokenizer: str = "unicode61") -> bytes | None:
+    """The bytes of a new index file: the whole schema (:func:`create_schema`) and WAL mode in its
+    header, built once per process and tokenizer; None for an unknown tokenizer or no FTS5. Written
+    as a new agent's file, it spares the file's switch to WAL mode (a rollback journal and four
+    fsyncs) and the schema's creation (CREATE statements, each reloading the schema)."""
+    with _images_lock:
+        image = _IMAGES.get(tokenizer)
+        if image is None:
+            conn = apsw.Connection(":memory:")
+            try:
+                for pragma in NEW_FILE_PRAGMAS:
+                    conn.execute(pragma)
+                if not create_schema(conn, tokenizer):
+                    return None
+                data = bytearray(conn.serialize("main"))
+            finally:
+                conn.close()
+            data[18:20] = b"\x02\x02"  # file format write/read version 2: WAL (sqlite.org/fileformat.html)
+            image = _IMAGES[tokenizer] = bytes(data)
+        return image
 
 
 def fts_tokenizer_in_db(conn: apsw.Connection) -> str | None:
