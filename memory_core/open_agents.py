@@ -179,7 +179,8 @@ def _close_later(core: Any) -> None:
     with _closing_cond:
         _closing.append((time.monotonic() + 1.0, core))
         if _closer is None or not _closer.is_alive():
-            _closer = threading.Thread(target=_close_loop, name="memory-core-agent-closer", daemon=True)
+            _closer = threading.Thread(target=_close_loop, args=(_closing_cond, _closing),
+                                       name="memory-core-agent-closer", daemon=True)
             _closer.start()
         # only a closer with nothing queued needs waking: one with a queue already wakes at its head's
         # time, which is before this core's (a wake per eviction cost a thread switch per opened agent)
@@ -187,17 +188,19 @@ def _close_later(core: Any) -> None:
             _closing_cond.notify()
 
 
-def _close_loop() -> None:
+def _close_loop(cond: threading.Condition, queue: list[tuple[float, Any]]) -> None:
+    """The closer: serves the queue and condition it was started with (never re-reads the module's,
+    which a test may swap while this thread waits)."""
     while True:
-        with _closing_cond:
-            while not _closing:
-                _closing_cond.wait()
-            at, core = _closing[0]
+        with cond:
+            while not queue:
+                cond.wait()
+            at, core = queue[0]
             left = at - time.monotonic()
             if left > 0:
-                _closing_cond.wait(left)
+                cond.wait(left)
                 continue
-            _closing.pop(0)
+            queue.pop(0)
         try:
             core.close()
         except Exception:  # noqa: BLE001 - a failed close never stops the closer
