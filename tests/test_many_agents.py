@@ -112,6 +112,18 @@ def test_a_server_keeps_at_most_the_cap_open_and_every_agent_answers_its_own_wor
         service.close()
 
 
+def indexed_and_stopped(tmp_path: Path) -> MemoryCoreConfig:
+    """Two agents; a server indexes a1 (which answers its word) and stops: a restart opens it over
+    its index."""
+    cfg = make_agents(tmp_path, 2)
+    service = MemoryService(cfg)
+    try:
+        assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
+    finally:
+        service.close()
+    return cfg
+
+
 def test_an_agent_edited_while_closed_syncs_before_its_first_answer(tmp_path, monkeypatch):
     monkeypatch.setattr(open_agents, "DEFAULT_GRACE_S", 0.0)
     cfg = make_agents(tmp_path, 3, gateway={"maxOpenAgents": 1})
@@ -139,12 +151,7 @@ def test_a_request_that_opens_an_agent_waits_for_a_catch_up_sync_already_running
 
     from memory_core.freshness import Freshness
 
-    cfg = make_agents(tmp_path, 2)
-    service = MemoryService(cfg)
-    try:
-        assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
-    finally:
-        service.close()
+    cfg = indexed_and_stopped(tmp_path)
     (tmp_path / "a1" / "memory" / "later.md").write_text("written while the server was down: zebracorn\n")
 
     held, release = threading.Event(), threading.Event()
@@ -205,12 +212,7 @@ def test_opening_an_agent_over_its_index_opens_the_file_once(tmp_path, monkeypat
     from host_facades.db import sqlite_read
     from memory_core.store import reader
 
-    cfg = make_agents(tmp_path, 2)
-    service = MemoryService(cfg)
-    try:
-        assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
-    finally:
-        service.close()
+    cfg = indexed_and_stopped(tmp_path)
     opened: list[str] = []
 
     def counting(real):

@@ -5,12 +5,10 @@ withdrawn. Every way, the answer is the in-process search's."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from memory_core.config import load_config
@@ -18,6 +16,7 @@ from memory_core.core import MemoryCore
 from memory_core.embeddings import register_embedding_provider
 from memory_core.search.engine import OVERLAPPED, SearchEngine
 from tests.helpers import wait_for
+from tests.test_pool_search import WordEmbedder
 from tests.worker_tasks import TASK_MODULES
 from workers.pool import WorkerPool
 from workers.retriever import PooledRetriever
@@ -25,26 +24,12 @@ from workers.retriever import PooledRetriever
 NOW_MS = 1_795_000_000_000.0
 
 
-class GatedEmbedder:
-    """Deterministic bag-of-words vectors; a query waits for ``gate()`` first (when set)."""
+class GatedEmbedder(WordEmbedder):
+    """test_pool_search's bag-of-words vectors; a query waits for ``gate()`` first (when set)."""
 
     id = "fake-ahead"
     model = "fake-ahead-16"
-    provider_key = "k"
-    dims = 16
-    max_input_bytes = 8192
     gate: Callable[[], None] | None = None
-
-    def vector(self, text: str) -> np.ndarray:
-        v = np.zeros(self.dims, dtype=np.float32)
-        for w in text.lower().split():
-            h = int.from_bytes(hashlib.sha256(w.encode()).digest()[:4], "little")
-            v[h % self.dims] += 1.0 if h & 1 << 20 else -1.0
-        n = float(np.linalg.norm(v))
-        return v / n if n else v
-
-    def embed_batch(self, texts):
-        return np.stack([self.vector(t) for t in texts]).astype(np.float32)
 
     def embed_queries(self, texts):
         if self.gate is not None:
