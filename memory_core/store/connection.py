@@ -142,21 +142,20 @@ class WriterConnection:
 
     def _connect(self) -> apsw.Connection:
         with index_errors(self.db_path):
-            created = not os.path.exists(self.db_path)
-            if not created:
+            created = False  # an empty file, which gets the image's settings here
+            if os.path.exists(self.db_path):
                 # read the file without write access first: a read-write open of a file that is no
                 # database may already remove its -wal/-shm, which `index --force` keeps with it. The
                 # header and schema can all be on page 1, so the first row of every table and index
                 # is read too: damaged pages after it fail here, not in the first sync
                 with contextlib.suppress(FileNotFoundError):
                     open_readonly(self.db_path, load_vec=False, check_pages=True).close()
-            elif create_from_image(self.db_path, schema.new_file_image(self.fts_tokenizer)):
-                created = False  # its schema and settings are in the image
-            else:
+            elif not create_from_image(self.db_path, schema.new_file_image(self.fts_tokenizer)):
                 create_private_file(self.db_path)  # 0600 whatever the umask; -wal/-shm get its mode
+                created = True
             conn = apsw.Connection(self.db_path)
             try:
-                if created:  # an empty file (no image): as the image's
+                if created:
                     for pragma in schema.NEW_FILE_PRAGMAS:
                         conn.execute(pragma)
                 schema.configure_connection(conn)
