@@ -80,6 +80,13 @@ class IndexCorrupt(IndexUnreadable):
     code = "index_corrupt"
 
 
+class IndexNewer(IndexUnreadable):
+    """The index file was written by a newer memory-core (a schema this one does not know); upgrade,
+    or `memory-core index --force` moves it aside and rebuilds."""
+
+    code = "index_newer"
+
+
 class StateDirNotWritable(MemoryCoreError):
     """The folder that holds the index cannot be written; set MEMORY_CORE_HOME or stateDir elsewhere."""
 

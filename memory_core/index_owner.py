@@ -23,7 +23,7 @@ from typing import Any
 import apsw
 
 from memory_core.config import MemoryCoreConfig
-from memory_core.errors import (ConfigError, IndexCorrupt, IndexPaused, MemoryCoreError, ReferenceNotFound,
+from memory_core.errors import (ConfigError, IndexCorrupt, IndexNewer, IndexPaused, MemoryCoreError, ReferenceNotFound,
                                 reason_of)
 from memory_core.index_identity import IndexIdentity
 from memory_core.indexer import IndexSummary, ProgressFn, record_last_sync, resolve_sessions_dir, run_sync
@@ -153,8 +153,9 @@ class IndexOwner(IndexIdentity):
     def index(self, *, force: bool = False, progress: ProgressFn | None = None) -> IndexSummary:
         """The CLI ``index`` verb: incremental, or a full atomic rebuild on force / first run / identity change.
 
-        ``force`` also repairs an index file that is not a readable database (:class:`IndexCorrupt`):
-        the file is moved aside (``IndexSummary.moved_aside``) and the index rebuilt from scratch.
+        ``force`` also repairs an index file that is not a readable database (:class:`IndexCorrupt`)
+        or was written by a newer memory-core (:class:`IndexNewer`): the file is moved aside
+        (``IndexSummary.moved_aside``) and the index rebuilt from scratch.
         Index files (and the state dir) left readable by other users are made private first."""
         tighten(self.db_path, state_dir_owned=not self.config.store.path)
         return self._run_exclusive(reason="cli", force=force, paths=None, progress=progress, rebuild_on_mismatch=True,
@@ -304,10 +305,10 @@ class IndexOwner(IndexIdentity):
                     self._probe_readonly()  # before a read-write open touches the file or its -wal/-shm
                 live = self.writer
                 previous = {s: live.indexed_hashes(s) for s in self.config.sources}
-        except IndexCorrupt:
+        except (IndexCorrupt, IndexNewer) as exc:
             if not repair:
                 raise
-            moved_aside = self._set_aside_unreadable()
+            moved_aside = self._set_aside_unreadable("newer" if isinstance(exc, IndexNewer) else "corrupt")
             previous = {s: {} for s in self.config.sources}
 
         def build(temp: IndexWriter) -> IndexSummary:
@@ -361,14 +362,15 @@ class IndexOwner(IndexIdentity):
         finally:
             conn.close()
 
-    def _set_aside_unreadable(self) -> str:
-        """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch."""
+    def _set_aside_unreadable(self, kind: str) -> str:
+        """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch;
+        ``kind`` (``corrupt`` / ``newer``) names why, in the new name."""
         with self._lock:
             self.close_writer()
         self._close_readers()  # a search's cached reader must not keep the old file open
         self.meta_reader.close()
         with reindex_lock(self.db_path):
-            return set_aside(self.db_path)
+            return set_aside(self.db_path, kind=kind)
 
     # ------------------------------------------------------------------ import, forget
     def import_embeddings(self, path: str) -> Any:

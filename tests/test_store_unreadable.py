@@ -17,8 +17,10 @@ import pytest
 
 from memory_core.config import load_config
 from memory_core.core import MemoryCore
-from memory_core.errors import IndexCorrupt
+from host_facades.db.sqlite_read import SCHEMA_VERSION
+from memory_core.errors import IndexCorrupt, IndexUnreadable
 from memory_core.search.engine import SearchEngine
+from memory_core.store import schema
 from tests.helpers import unprivileged_prefix
 from workers.pool import WorkerPool
 from workers.retriever import PooledRetriever
@@ -261,3 +263,67 @@ def test_read_only_state_dir_with_changes_in_the_wal_says_why_it_cannot_be_read(
             f"which cannot be created because {home} is not writable; make {home} writable and run "
             "`memory-core index` once (it folds the log into the index), or copy the index with its -wal to a "
             "writable folder and set MEMORY_CORE_HOME or stateDir there\n"), args
+
+
+# --- an index written by a newer memory-core ------------------------------------------------------
+
+
+def newer_message(db: Path, version: int) -> str:
+    return (f"the index {db} was written by a newer memory-core (index schema {version}; this one reads up to "
+            f"{len(schema.MIGRATIONS)}); upgrade memory-core, or run `memory-core index --force` to rebuild the "
+            "index for this version")
+
+
+def test_the_schema_readers_know_is_the_newest_migration():
+    assert SCHEMA_VERSION == len(schema.MIGRATIONS)
+
+
+def make_newer(db: Path) -> bytes:
+    """Mark ``db`` as written by a future memory-core (one migration more than this one knows)."""
+    conn = apsw.Connection(str(db))
+    conn.execute(f"PRAGMA user_version={len(schema.MIGRATIONS) + 1}")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return db.read_bytes()
+
+
+def test_an_index_of_a_newer_memory_core_is_one_clear_error_and_untouched(tmp_path, workspace):
+    home = tmp_path / "home"
+    db = home / "main.sqlite"
+    build_index(workspace, db)
+    newer = make_newer(db)
+    message = newer_message(db, len(schema.MIGRATIONS) + 1)
+    for args in (["search", "alpha"], ["status"], ["status", "--json"], ["index"]):
+        r = cli([*args, "--workspace", str(workspace)], home)
+        assert (r.returncode, r.stdout, r.stderr) == (1, "", f"error: {message}\n"), args
+    assert db.read_bytes() == newer
+    r = cli(["index", "--force", "--workspace", str(workspace)], home)  # the fix the message names
+    assert r.returncode == 0, r.stderr
+    m = re.match(r"The index file was written by a newer memory-core: moved it aside to (\S+) \(with its -wal/-shm, "
+                 r"if any\) and rebuilt from scratch\n", r.stdout)
+    assert m and m.group(1).startswith(f"{db}.newer-"), r.stdout
+    assert Path(m.group(1)).read_bytes() == newer  # kept for the newer memory-core
+    r = cli(["search", "alpha", "--workspace", str(workspace), "--json"], home)
+    assert r.returncode == 0 and "memory/a.md" in r.stdout, r.stderr
+
+
+def test_a_pooled_search_of_a_newer_index_is_the_typed_error_and_keeps_its_worker(tmp_path, workspace):
+    db = tmp_path / "index.sqlite"
+    build_index(workspace, db)
+    make_newer(db)
+    cfg = load_config(None, overrides={"store": {"path": str(db)}})
+    pool = WorkerPool("retrieval", 1)
+    try:
+        pool.prewarm()
+        pids = pool.worker_pids()
+        engine = SearchEngine(cfg, str(db), retriever=PooledRetriever(str(db), pool))
+        for _ in range(2):
+            with pytest.raises(IndexUnreadable) as err:
+                engine.search("alpha")
+            assert err.value.message == newer_message(db, len(schema.MIGRATIONS) + 1)
+        assert pool.worker_pids() == pids and (pool.stats["died"], pool.stats["replaced"]) == (0, 0)
+    finally:
+        pool.close()
+    with pytest.raises(IndexUnreadable):  # the writer never migrates (or writes) a newer file
+        schema.migrate(apsw.Connection(str(db)))
+    assert apsw.Connection(str(db)).execute("PRAGMA user_version").fetchone()[0] == len(schema.MIGRATIONS) + 1

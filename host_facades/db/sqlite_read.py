@@ -29,18 +29,24 @@ BUSY_TIMEOUT_MS = 5000
 READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)))
 
 
+# The newest index schema (``PRAGMA user_version``, memory_core.store.schema's numbered migrations)
+# this code reads. A file written by a newer memory-core is refused with a clear message instead of
+# failing later with a raw SQL error ("no such column"); tests keep it equal to the migrations.
+SCHEMA_VERSION = 5
+
 # SQLite's answers for a file that is not (or no longer) a database: garbage, a text file, damaged pages
 CORRUPT_ERRORS = (apsw.NotADBError, apsw.CorruptError)
 
 
 # the memory_core.errors class of each DatabaseUnreadable code (named: workers never import it)
-_ERROR_TYPES = {"index_corrupt": "IndexCorrupt", "index_unreadable": "IndexUnreadable"}
+_ERROR_TYPES = {"index_corrupt": "IndexCorrupt", "index_unreadable": "IndexUnreadable", "index_newer": "IndexNewer"}
 
 
 class DatabaseUnreadable(Exception):
     """The database file cannot be read. ``code`` is ``"index_corrupt"`` (not a readable SQLite
-    database) or ``"index_unreadable"`` (it cannot be opened read-only; the message says why).
-    :meth:`to_data` is the data of the owner's error (``IndexCorrupt`` / ``IndexUnreadable``)."""
+    database), ``"index_newer"`` (written by a newer memory-core) or ``"index_unreadable"`` (it cannot
+    be opened read-only; the message says why). :meth:`to_data` is the data of the owner's error
+    (``IndexCorrupt`` / ``IndexNewer`` / ``IndexUnreadable``)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -58,6 +64,13 @@ def corrupt_message(db_path: str, exc: BaseException) -> str:
             "move it aside and rebuild the index")
 
 
+def newer_schema_message(db_path: str, version: int) -> str:
+    """The one message for an index written by a newer memory-core than this one."""
+    return (f"the index {db_path} was written by a newer memory-core (index schema {version}; this one reads "
+            f"up to {SCHEMA_VERSION}); upgrade memory-core, or run `memory-core index --force` to rebuild "
+            "the index for this version")
+
+
 def unreadable(db_path: str, exc: BaseException) -> DatabaseUnreadable | None:
     """The :class:`DatabaseUnreadable` an error raised while reading ``db_path`` means, or None."""
     if isinstance(exc, DatabaseUnreadable):
@@ -67,13 +80,17 @@ def unreadable(db_path: str, exc: BaseException) -> DatabaseUnreadable | None:
     return None
 
 
-def _connect(target: str, flags: int) -> apsw.Connection:
-    conn = apsw.Connection(target, flags=flags)
+def _connect(db_path: str, flags: int, target: str | None = None) -> apsw.Connection:
+    """Open ``db_path`` (at ``target``, a URI, when given) and read its header."""
+    conn = apsw.Connection(target or db_path, flags=flags)
     try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         # read the header now (opening is lazy): a file that is no database, or a WAL database whose
-        # -shm cannot be opened, fails here rather than in the middle of a search
-        conn.execute("PRAGMA schema_version").fetchone()
+        # -shm cannot be opened, fails here rather than in the middle of a search; so does one of a
+        # newer schema
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise DatabaseUnreadable("index_newer", newer_schema_message(db_path, version))
     except BaseException:
         conn.close()
         raise
@@ -101,7 +118,7 @@ def _open_in_readonly_folder(db_path: str, exc: apsw.Error) -> apsw.Connection:
             "`memory-core index` once (it folds the log into the index), or copy the index with its -wal to "
             "a writable folder and set MEMORY_CORE_HOME or stateDir there") from None
     uri = "file:" + urllib.parse.quote(os.path.abspath(db_path)) + "?mode=ro&immutable=1"
-    return _connect(uri, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    return _connect(db_path, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI, uri)
 
 
 def read_every_tree(conn: apsw.Connection) -> None:

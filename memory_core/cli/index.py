@@ -61,7 +61,9 @@ def _index_one(args: argparse.Namespace, cfg: Any) -> tuple[int, Any]:
         core.close()
     if not args.json:
         if summary.moved_aside:
-            print(f"The index file was not a readable database: moved it aside to {summary.moved_aside} "
+            why = ("was written by a newer memory-core" if summary.moved_aside.startswith(core.db_path + ".newer-")
+                   else "was not a readable database")
+            print(f"The index file {why}: moved it aside to {summary.moved_aside} "
                   "(with its -wal/-shm, if any) and rebuilt from scratch")
         mode = "incremental" if not summary.full else (
             f"full rebuild: {summary.rebuild_reason}" if summary.rebuild_reason else "full rebuild")

@@ -35,7 +35,7 @@ def index_paths(db_path: str, *, state_dir_owned: bool) -> list[str]:
         out.append(os.path.dirname(db_path))
     base = glob.escape(db_path)
     names = {db_path + s for s in _SIDECARS} | {db_path + ".reindex.lock"}
-    for pattern in (".tmp-*", ".backup-*", ".corrupt-*"):
+    for pattern in (".tmp-*", ".backup-*", ".corrupt-*", ".newer-*"):
         names.update(glob.glob(base + pattern))
     out.extend(name for name in sorted(names) if os.path.isfile(name) and not os.path.islink(name))
     vectors = db_path + "-vectors"

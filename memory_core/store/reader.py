@@ -35,7 +35,7 @@ def open_readonly_retrying(db_path: str, *, load_vec: bool, attempts: int = 8, m
         try:
             return open_readonly(db_path, load_vec=load_vec, mmap=mmap)
         except DatabaseUnreadable as exc:
-            if exc.code == "index_corrupt" or attempt == attempts - 1:
+            if exc.code in ("index_corrupt", "index_newer") or attempt == attempts - 1:
                 raise
         except TRANSIENT_ERRORS:
             if attempt == attempts - 1:

@@ -113,17 +113,23 @@ def remove_db_files(path: str) -> None:
             _remove(path + suffix)
 
 
-def set_aside(db_path: str, *, now: float | None = None) -> str:
-    """Rename an unreadable index and its sidecars to ``<db>.corrupt-<UTC time>`` (+ ``-wal``,
-    ``-shm``, ``-journal``): kept for inspection and never swept. Returns the new path of the file.
+SET_ASIDE_KINDS = ("corrupt", "newer")  # not a readable database; written by a newer memory-core
+
+
+def set_aside(db_path: str, *, kind: str = "corrupt", now: float | None = None) -> str:
+    """Rename an unreadable index and its sidecars to ``<db>.<kind>-<UTC time>`` (+ ``-wal``,
+    ``-shm``, ``-journal``; ``kind`` one of :data:`SET_ASIDE_KINDS`): kept for inspection (or for
+    the newer memory-core) and never swept. Returns the new path of the file.
 
     The sidecars go first: a database created later at ``db_path`` must never meet (and replay)
     the old file's write-ahead log or journal. The caller holds the reindex lock."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    target, n = f"{db_path}.corrupt-{stamp}", 1
+    if kind not in SET_ASIDE_KINDS:
+        raise ValueError(f"set_aside kind must be one of {SET_ASIDE_KINDS}, not {kind!r}")
+    target, n = f"{db_path}.{kind}-{stamp}", 1
     while any(os.path.lexists(target + suffix) for suffix in ("", *_SIDECARS)):
         n += 1
-        target = f"{db_path}.corrupt-{stamp}-{n}"
+        target = f"{db_path}.{kind}-{stamp}-{n}"
     for suffix in (*_SIDECARS, ""):
         if os.path.lexists(db_path + suffix):
             _rename(db_path + suffix, target + suffix)

@@ -14,6 +14,9 @@ from collections.abc import Iterator
 
 import apsw
 
+from host_facades.db.sqlite_read import newer_schema_message
+from memory_core.errors import IndexNewer
+
 META_KEY = "memory_index_meta_v1"
 VECTOR_REBUILD_KEY = "memory_vector_rebuild_v1"
 FTS_TOKENIZERS = {"unicode61": "unicode61", "trigram": "trigram case_sensitive 0"}
@@ -231,6 +234,8 @@ def migrate(conn: apsw.Connection) -> int:
     """Apply pending numbered migrations; returns the schema version now in force. Each step
     re-reads the version under the write lock: another process may have applied it meanwhile."""
     version = start = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > len(MIGRATIONS):  # written by a newer memory-core: its tables are not ours to change
+        raise IndexNewer(newer_schema_message(conn.filename or ":memory:", version))
     for number, sql in enumerate(MIGRATIONS, start=1):
         if number <= version:
             continue
