@@ -244,6 +244,7 @@ def embed_all(texts: Sequence[str], provider: Any, label: str, *, cache: str | N
             progress.advance(len(parts[-1]))
     vecs = np.concatenate(parts) if parts else np.zeros((0, getattr(provider, "dims", 0) or 0), np.float32)
     if path:
+        os.makedirs(cache, exist_ok=True)  # a new --cache-dir is made, not a crash after the embedding
         np.save(path, vecs)
     return vecs
 
