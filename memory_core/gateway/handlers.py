@@ -89,7 +89,7 @@ class MemoryService:
     def _make_core(cfg: MemoryCoreConfig, agent_id: str) -> Any:
         from memory_core.core import MemoryCore
 
-        core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
+        core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg, prefetch=True)
         core.serve_freshness()  # watcher, interval and startup catch-up while serving
         return core
 
