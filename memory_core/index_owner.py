@@ -61,10 +61,8 @@ class IndexOwner(IndexIdentity):
 
     def __init__(self, config: MemoryCoreConfig, workspace: str, db_path: str, *, embedding_provider: Any = UNSET,
                  repoint: bool = False, on_replaced: Callable[[], None] = lambda: None,
-                 close_readers: Callable[[], None] = lambda: None, opened: OpenState | None = None) -> None:
-        # opened: what a worker read of this index just now (a server opening the agent): the
-        # identity reads and the startup catch-up answer from it while the file is unchanged, so
-        # an agent whose index is current never opens the owner's own connection
+                 close_readers: Callable[[], None] = lambda: None, check_workspace: bool = True) -> None:
+        # check_workspace False: the caller checks it with what a worker read (:meth:`open_with`)
         self.config = config
         self.workspace = workspace
         self.db_path = db_path
@@ -81,13 +79,21 @@ class IndexOwner(IndexIdentity):
         self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
         self._meta_seen = None
         self._open_rows: OpenState | None = None
+        # identity reads, never the writer's; point reads, so the file is not mapped (a map and unmap
+        # per opened agent cost more than the few pages read)
+        self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False)
+        if check_workspace:
+            self._check_workspace()
+
+    def open_with(self, opened: OpenState | None) -> None:
+        """Check the workspace with what a worker read of this index just now (a server opening the
+        agent; None: read it here). The identity reads and the startup catch-up then answer from it
+        while the file is unchanged, so an agent whose index is current never opens the owner's own
+        connection."""
         if opened is not None:
             self.seed_meta(opened.stamp, opened.meta)
             self._readable_ident = (opened.stamp[0], opened.stamp[1])  # a worker read it: a database
             self._open_rows = opened
-        # identity reads, never the writer's; point reads, so the file is not mapped (a map and unmap
-        # per opened agent cost more than the few pages read)
-        self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False)
         self._check_workspace()
 
     @property

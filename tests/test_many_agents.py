@@ -275,18 +275,30 @@ def pooled_and_stopped(tmp_path: Path, **extra) -> MemoryCoreConfig:
     return cfg
 
 
-def test_a_current_agent_opened_by_a_server_answers_without_an_owner_connection(tmp_path):
+def test_a_current_agent_opened_by_a_server_answers_without_an_owner_connection(tmp_path, monkeypatch):
     """A restart over a current index: the workspace, identity and catch-up reads come from the
-    worker that searches, so the server's process opens no connection of its own to the file."""
+    worker, in the one task that also answers the request's search (kept until every check passed),
+    so the server's process opens no connection of its own to the file."""
+    from workers.pool import WorkerPool
+
     cfg = pooled_and_stopped(tmp_path)
+    tasks: list[str] = []
+    real_run = WorkerPool.run
+
+    def run(self, name, payload=None, **kw):
+        tasks.append(name)
+        return real_run(self, name, payload, **kw)
+
+    monkeypatch.setattr(WorkerPool, "run", run)
     service = MemoryService(cfg)
     try:
-        core = service.core("a1")
+        core = service.core("a1", ("uw1", None, None))
         for _ in range(2):
             hits = core.search("uw1")
             assert ([h.path for h in hits], hits.staleness) == (["memory/a1-note.md"], None)
         assert core.identity_state()["state"] == "ok"
         assert core.reader.conn is None
+        assert tasks == ["agent_state", "search"]  # the second search asks the worker again
     finally:
         service.close()
 
@@ -297,7 +309,7 @@ def test_an_agent_edited_while_the_server_was_down_syncs_from_the_worker_read_ro
     (tmp_path / "a1" / "memory" / "a1-note.md").write_text("# a1\nThe word of this agent is now quetzal.\n")
     service = MemoryService(cfg)
     try:
-        core = service.core("a1")
+        core = service.core("a1", ("zebracorn", None, None))  # answered ahead from the old index: not used
         hits = core.search("zebracorn")
         assert ([h.path for h in hits], hits.staleness) == (["memory/later.md"], None)
         assert [h.path for h in core.search("quetzal")] == ["memory/a1-note.md"]

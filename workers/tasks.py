@@ -189,10 +189,18 @@ def agent_state(payload: dict, ctx: WorkerContext) -> dict | None:
     ``keys`` and the rows its startup catch-up compares with the files (sources, tombstones,
     skipped files), on one snapshot. payload: ``db_path``, ``keys``. Returns ``{db_id, revision,
     meta, sources, forgotten, skipped}`` (rows as lists), None when the file does not exist; a table
-    or the meta the schema does not have yet reads as empty."""
+    or the meta the schema does not have yet reads as empty. With ``req`` (a keyword-only
+    :class:`~host_facades.search.edge.SearchRequest`'s wire form), also ``search``: the ``search``
+    task's answer ``(db_id, revision, reply)`` to it on the same snapshot, which the owner uses only
+    once what it read here let it answer (``PooledRetriever.stash``)."""
     import apsw
 
+    from host_facades.search.run import run_search
+
     keys = [str(k) for k in payload.get("keys", ())]
+    req = request_from_wire(payload["req"]) if payload.get("req") is not None else None
+    if req is not None and req.qvec is not None:
+        raise TaskError("InvalidRequest", "invalid_request", "agent_state searches keyword-only requests only")
 
     def reads(conn, db_id: str, revision: int) -> dict:
         out: dict[str, Any] = {"db_id": db_id, "revision": revision, "meta": dict.fromkeys(keys)}
@@ -207,6 +215,8 @@ def agent_state(payload: dict, ctx: WorkerContext) -> dict | None:
                 out[name] = [list(row) for row in conn.execute(sql)]
             except apsw.SQLError:
                 out[name] = []
+        if req is not None:
+            out["search"] = (db_id, revision, run_search(conn, req, revision=revision, db_id=db_id).wire())
         return out
 
     return on_snapshot(ctx, payload["db_path"], (), reads, vec=False, retain=False)
