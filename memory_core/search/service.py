@@ -87,7 +87,9 @@ class SearchService:
         if retriever is None or stamp is None:
             return None
         payload: dict[str, Any] = {"db_path": self.db_path, "keys": [WORKSPACE_KEY, schema.META_KEY]}
-        req = self.engine.speculative_request(*first_search) if first_search is not None else None
+        req = None
+        if first_search is not None and self.config.provider == "none":  # the engine loads no model then
+            req = self.engine.speculative_request(*first_search)
         if req is not None:
             payload["req"] = req.wire()
         try:
