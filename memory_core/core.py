@@ -40,12 +40,17 @@ class MemoryCore:
         pool: bool | None = None,
         repoint: bool = False,
         check_config: bool = True,
+        prefetch: bool = False,
+        first_search: tuple | None = None,
     ) -> None:
         # agent_id None: the configuration's agentId (default "main"); a given one wins over it
         # pool: the one switch for the worker pools (None: config ``pool.workers``; False: in-process)
         # repoint: accept a workspace other than the one the index records (``index --repoint``)
         # check_config: raise a configuration error (an unknown provider) now; False keeps it for
         # ``config_error`` (``status`` reports it beside what the index holds)
+        # prefetch: read what opening needs in a retrieval worker (a server's agents; see below);
+        # first_search: (query, max_results, min_score) of the request opening it, answered by the
+        # same worker task (SearchService.read_open_state)
         cfg = config if config is not None else load_config(config_path)
         if agent_id and agent_id != cfg.agent_id:
             cfg = cfg.for_agent(agent_id)
@@ -71,8 +76,14 @@ class MemoryCore:
         self._freshness: Any = None
         self._search = SearchService(cfg, self.db_path, provider=lambda: self.provider,
                                      identity_mismatch=lambda: self._owner.identity_mismatch())
+        # prefetch (a server opening the agent): the open-time reads (workspace, identity, the rows of
+        # the startup catch-up) run in a retrieval worker, which keeps the connection for the search
+        # that follows; this process then opens no connection for an agent whose index is current
         self._owner = IndexOwner(cfg, ws, self.db_path, embedding_provider=embedding_provider, repoint=repoint,
-                                 on_replaced=self._index_replaced, close_readers=self._search.close)
+                                 on_replaced=self._index_replaced, close_readers=self._search.close,
+                                 check_workspace=not prefetch)
+        if prefetch:
+            self._owner.open_with(self._search.read_open_state(first_search))
 
     # ------------------------------------------------------------------ the parts it delegates to
     @property
@@ -113,6 +124,11 @@ class MemoryCore:
 
     def _check_open(self) -> None:
         self._owner.check_open()
+
+    def take_open_rows(self) -> Any:
+        """The startup catch-up's rows read by a worker when this core was opened with ``prefetch``
+        (``IndexOwner.take_open_rows``), or None."""
+        return self._owner.take_open_rows()
 
     def _index_replaced(self) -> None:
         """The writer found the file replaced by another process (its ``index --force``): what this

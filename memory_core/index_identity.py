@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import apsw
@@ -19,10 +20,43 @@ from memory_core.store.workspace import WORKSPACE_KEY, check_workspace
 from memory_core.store.writer import FTS_ONLY_MODEL
 
 
+def file_stamp(db_path: str) -> tuple[int, ...] | None:
+    """What changes whenever the index file's content may have: the file's identity, size and
+    mtime, and its write-ahead log's size and mtime (every commit of any process writes the log; a
+    checkpoint writes the file). None when there is no file. Readers change neither."""
+    try:
+        st = os.stat(db_path)
+    except OSError:
+        return None
+    try:
+        wal = os.stat(db_path + "-wal")
+        log = (wal.st_size, wal.st_mtime_ns)
+    except OSError:
+        log = (-1, -1)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, *log)
+
+
+@dataclass(frozen=True)
+class OpenState:
+    """What a worker read for an owner being opened (the ``agent_state`` task, ``workers/tasks.py``)
+    while the index file's :func:`file_stamp` was ``stamp``: meta values and the rows of the startup
+    catch-up (``(source, path, mtime, size)`` sources and skipped files, ``(source, path)`` tombstones)."""
+
+    stamp: tuple[int, ...]
+    meta: dict[str, str | None]
+    sources: list[tuple]
+    forgotten: list[tuple]
+    skipped: list[tuple]
+
+
 class IndexIdentity:
     """Identity reads and checks over ``self.meta_reader`` (a read-only ``CachedReader``); the class
     that mixes it in sets ``config``, ``workspace``, ``db_path``, ``agent_id``, ``repoint``,
-    ``_provider`` / ``provider`` and ``_identity_memo``."""
+    ``_provider`` / ``provider``, ``_identity_memo`` and ``_meta_seen``.
+
+    ``_meta_seen`` is ``(file_stamp, {key: value})``: meta values a worker read for this owner
+    (:meth:`seed_meta`, when a server opens the agent), answered without opening the owner's own
+    connection while the file's stamp is the one they were read under."""
 
     config: Any
     workspace: str
@@ -33,6 +67,7 @@ class IndexIdentity:
     provider: Any  # the owner's property: the embedding provider, created on first use
     _provider: Any
     _identity_memo: tuple[Any, ...] | None
+    _meta_seen: tuple[tuple[int, ...], dict[str, str | None]] | None
 
     def identity_mismatch(self) -> str | None:
         """The paused search's message (what differs, both ways out), None when the index may be
@@ -77,9 +112,23 @@ class IndexIdentity:
             ident["vectorDims"] = dims
         return ident
 
+    def seed_meta(self, stamp: tuple[int, ...], meta: dict[str, str | None]) -> None:
+        """Meta values read elsewhere (a worker) while the file's :func:`file_stamp` was ``stamp``."""
+        self._meta_seen = (stamp, dict(meta))
+
     def read_meta_value(self, key: str) -> str | None:
         """One ``memory_index_meta`` value through the owner's read-only connection (never the
-        writer's: a read must not race the writer's reopen after a swap); None when absent."""
+        writer's: a read must not race the writer's reopen after a swap); None when absent. A value
+        :meth:`seed_meta` gave is answered while the file's stamp is unchanged (no open, no read).
+
+        The stamp's mtimes have the kernel's clock granularity: another process's write of the
+        meta within the same tick as the seeding read is not seen until the next write; the
+        owner's own writes drop the seeded values (``IndexOwner._run_exclusive``)."""
+        seen = self._meta_seen
+        if seen is not None and key in seen[1]:
+            if file_stamp(self.db_path) == seen[0]:
+                return seen[1][key]
+            self._meta_seen = None
 
         def read(conn: apsw.Connection) -> str | None:
             try:

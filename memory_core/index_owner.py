@@ -25,7 +25,7 @@ import apsw
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import (ConfigError, IndexCorrupt, IndexNewer, IndexPaused, MemoryCoreError, ReferenceNotFound,
                                 reason_of)
-from memory_core.index_identity import IndexIdentity
+from memory_core.index_identity import IndexIdentity, OpenState, file_stamp
 from memory_core.indexer import IndexSummary, ProgressFn, record_last_sync, resolve_sessions_dir, run_sync
 from memory_core.session_keys import session_index_path
 from memory_core.store.access import folder_problem, index_errors, not_writable
@@ -61,7 +61,8 @@ class IndexOwner(IndexIdentity):
 
     def __init__(self, config: MemoryCoreConfig, workspace: str, db_path: str, *, embedding_provider: Any = UNSET,
                  repoint: bool = False, on_replaced: Callable[[], None] = lambda: None,
-                 close_readers: Callable[[], None] = lambda: None) -> None:
+                 close_readers: Callable[[], None] = lambda: None, check_workspace: bool = True) -> None:
+        # check_workspace False: the caller checks it with what a worker read (:meth:`open_with`)
         self.config = config
         self.workspace = workspace
         self.db_path = db_path
@@ -76,9 +77,23 @@ class IndexOwner(IndexIdentity):
         self._closed = False
         self._readable_ident: tuple[int, int] | None = None  # the file check_readable last opened
         self._identity_memo: tuple[Any, ...] | None = None  # identity_state's last comparison
+        self._meta_seen = None
+        self._open_rows: OpenState | None = None
         # identity reads, never the writer's; point reads, so the file is not mapped (a map and unmap
         # per opened agent cost more than the few pages read)
         self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False)
+        if check_workspace:
+            self._check_workspace()
+
+    def open_with(self, opened: OpenState | None) -> None:
+        """Check the workspace with what a worker read of this index just now (a server opening the
+        agent; None: read it here). The identity reads and the startup catch-up then answer from it
+        while the file is unchanged, so an agent whose index is current never opens the owner's own
+        connection."""
+        if opened is not None:
+            self.seed_meta(opened.stamp, opened.meta)
+            self._readable_ident = (opened.stamp[0], opened.stamp[1])  # a worker read it: a database
+            self._open_rows = opened
         self._check_workspace()
 
     @property
@@ -176,7 +191,16 @@ class IndexOwner(IndexIdentity):
         return self._run_exclusive(reason=reason, force=force, paths=paths, progress=progress,
                                    rebuild_on_mismatch=False, repair=False)
 
+    def take_open_rows(self) -> OpenState | None:
+        """The catch-up rows a worker read when this owner was opened, once, and only while the
+        file is unchanged since (None: read them)."""
+        rows, self._open_rows = self._open_rows, None
+        if rows is None or file_stamp(self.db_path) != rows.stamp:
+            return None
+        return rows
+
     def _run_exclusive(self, **kw: Any) -> IndexSummary:
+        self._meta_seen = self._open_rows = None  # this process writes now: read the index itself
         with self._lock:
             running = self._running
             if running is None:
@@ -196,6 +220,7 @@ class IndexOwner(IndexIdentity):
             fut.set_result(result)
             return result
         finally:
+            self._meta_seen = None
             with self._lock:
                 self._running = None
 

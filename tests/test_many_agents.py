@@ -260,3 +260,98 @@ def test_open_agents_are_bounded_by_the_open_files_limit():
     assert fd_bounded_cap(256, soft_limit=1024) == (1024 - FDS_RESERVED) // FDS_PER_OPEN_AGENT == 96
     assert fd_bounded_cap(256, soft_limit=20000) == 256
     assert fd_bounded_cap(256, soft_limit=100) == 1
+
+
+def pooled_and_stopped(tmp_path: Path, **extra) -> MemoryCoreConfig:
+    """``indexed_and_stopped`` with a retrieval worker (``pool.workers`` 1): a server opening an agent
+    reads its open-time facts in the worker (the ``agent_state`` task)."""
+    cfg = make_agents(tmp_path, 2, **extra)
+    cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 1})})
+    service = MemoryService(cfg)
+    try:
+        assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
+    finally:
+        service.close()
+    return cfg
+
+
+def test_a_current_agent_opened_by_a_server_answers_without_an_owner_connection(tmp_path, monkeypatch):
+    """A restart over a current index: the workspace, identity and catch-up reads come from the
+    worker, in the one task that also answers the request's search (kept until every check passed),
+    so the server's process opens no connection of its own to the file."""
+    from workers.pool import WorkerPool
+
+    cfg = pooled_and_stopped(tmp_path)
+    tasks: list[str] = []
+    real_run = WorkerPool.run
+
+    def run(self, name, payload=None, **kw):
+        tasks.append(name)
+        return real_run(self, name, payload, **kw)
+
+    monkeypatch.setattr(WorkerPool, "run", run)
+    service = MemoryService(cfg)
+    try:
+        core = service.core("a1", ("uw1", None, None))
+        for _ in range(2):
+            hits = core.search("uw1")
+            assert ([h.path for h in hits], hits.staleness) == (["memory/a1-note.md"], None)
+        assert core.identity_state()["state"] == "ok"
+        assert core.reader.conn is None
+        assert tasks == ["agent_state", "search"]  # the second search asks the worker again
+    finally:
+        service.close()
+
+
+def test_an_agent_edited_while_the_server_was_down_syncs_from_the_worker_read_rows(tmp_path):
+    cfg = pooled_and_stopped(tmp_path)
+    (tmp_path / "a1" / "memory" / "later.md").write_text("written while the server was down: zebracorn\n")
+    (tmp_path / "a1" / "memory" / "a1-note.md").write_text("# a1\nThe word of this agent is now quetzal.\n")
+    service = MemoryService(cfg)
+    try:
+        core = service.core("a1", ("zebracorn", None, None))  # answered ahead from the old index: not used
+        hits = core.search("zebracorn")
+        assert ([h.path for h in hits], hits.staleness) == (["memory/later.md"], None)
+        assert [h.path for h in core.search("quetzal")] == ["memory/a1-note.md"]
+        assert list(core.search("uw1")) == []
+    finally:
+        service.close()
+
+
+def test_an_index_of_another_workspace_is_refused_from_the_worker_read_meta(tmp_path):
+    from memory_core.errors import WorkspaceMismatch
+
+    cfg = pooled_and_stopped(tmp_path)
+    other = tmp_path / "elsewhere"
+    (other / "memory").mkdir(parents=True)
+    (other / "memory" / "x.md").write_text("another folder\n")
+    agents = dict(cfg.agents)
+    agents["a1"] = {**agents["a1"], "workspace": str(other)}
+    service = MemoryService(cfg.model_copy(update={"agents": agents}))
+    try:
+        with pytest.raises(WorkspaceMismatch):
+            service.core("a1")
+    finally:
+        service.close()
+
+
+def test_the_worker_read_meta_is_dropped_once_the_file_changes(tmp_path):
+    """Seeded meta answers only while the index file is unchanged: a write by another process (here
+    a second owner's sync) is read from the file."""
+    from memory_core.core import MemoryCore
+    from memory_core.store import schema
+
+    cfg = pooled_and_stopped(tmp_path)
+    service = MemoryService(cfg)
+    try:
+        core = service.core("a1")
+        assert core._owner._meta_seen is not None and core.reader.conn is None
+        other = MemoryCore(config=cfg.for_agent("a1"), agent_id="a1", pool=False)
+        try:
+            other.writer.set_meta_value(schema.META_KEY, '{"provider": "elsewhere"}')
+        finally:
+            other.close()
+        assert core.identity_state()["state"] == "mismatch"
+        assert core.reader.conn is not None
+    finally:
+        service.close()

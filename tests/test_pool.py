@@ -196,7 +196,7 @@ def test_the_product_registers_no_test_tasks():
     code = "import json, workers.tasks as t; print(json.dumps(sorted(t.TASKS)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == ["index_state", "keyword", "prepare", "prepare_many", "search"]
+    assert json.loads(out.stdout) == ["agent_state", "index_state", "keyword", "prepare", "prepare_many", "search"]
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])

@@ -177,6 +177,51 @@ def index_state(payload: dict, ctx: WorkerContext) -> dict:
 
 
 
+_STATE_ROWS = (("sources", "SELECT source, path, mtime, size FROM memory_index_sources"),
+               ("forgotten", "SELECT source, path FROM memory_index_forgotten"),
+               ("skipped", "SELECT source, path, mtime, size FROM memory_index_skipped"))
+
+
+@task("agent_state")
+def agent_state(payload: dict, ctx: WorkerContext) -> dict | None:
+    """What the owner reads when it opens an agent, read here so that the owner opens no connection
+    of its own for an agent whose index is current: the ``memory_index_meta`` values of
+    ``keys`` and the rows its startup catch-up compares with the files (sources, tombstones,
+    skipped files), on one snapshot. payload: ``db_path``, ``keys``. Returns ``{db_id, revision,
+    meta, sources, forgotten, skipped}`` (rows as lists), None when the file does not exist; a table
+    or the meta the schema does not have yet reads as empty. With ``req`` (a keyword-only
+    :class:`~host_facades.search.edge.SearchRequest`'s wire form), also ``search``: the ``search``
+    task's answer ``(db_id, revision, reply)`` to it on the same snapshot, which the owner uses only
+    once what it read here let it answer (``PooledRetriever.stash``)."""
+    import apsw
+
+    from host_facades.search.run import run_search
+
+    keys = [str(k) for k in payload.get("keys", ())]
+    req = request_from_wire(payload["req"]) if payload.get("req") is not None else None
+    if req is not None and req.qvec is not None:
+        raise TaskError("InvalidRequest", "invalid_request", "agent_state searches keyword-only requests only")
+
+    def reads(conn, db_id: str, revision: int) -> dict:
+        out: dict[str, Any] = {"db_id": db_id, "revision": revision, "meta": dict.fromkeys(keys)}
+        try:
+            for key, value in conn.execute(
+                    f"SELECT key, value FROM memory_index_meta WHERE key IN ({','.join('?' * len(keys))})", keys):
+                out["meta"][key] = None if value is None else str(value)
+        except apsw.SQLError:
+            pass  # schema not created yet: no meta
+        for name, sql in _STATE_ROWS:
+            try:
+                out[name] = [list(row) for row in conn.execute(sql)]
+            except apsw.SQLError:
+                out[name] = []
+        if req is not None:
+            out["search"] = (db_id, revision, run_search(conn, req, revision=revision, db_id=db_id).wire())
+        return out
+
+    return on_snapshot(ctx, payload["db_path"], (), reads, vec=False, retain=False)
+
+
 @task("search")
 def search(payload: dict, ctx: WorkerContext) -> tuple[str | None, int, SearchReply | None]:
     """A WHOLE search (retrieval + metadata + ranking + selection) on one snapshot:
@@ -234,11 +279,12 @@ def keyword(payload: dict, ctx: WorkerContext) -> tuple[str, int, str | None, di
 
 
 def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[Any, str, int], T], *,
-                vec: bool = True) -> T | None:
+                vec: bool = True, retain: bool = True) -> T | None:
     """``reads(conn, db_id, revision)`` inside ONE read transaction of ``db_path`` (one
     generation), after telling the derived-state cache which revisions to keep; None when the file
     does not exist. An atomic swap of the file while it was opened is retried on the new file.
-    ``vec``: the reads may use sqlite-vec (False: a keyword-only search)."""
+    ``vec``: the reads may use sqlite-vec (False: a keyword-only search). ``retain`` False: the
+    reads use no derived state, so the cache's revisions are left as they are."""
     ctx.tasks_run += 1
     if not os.path.exists(db_path):
         return None
@@ -255,7 +301,8 @@ def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[An
                 # The file was swapped (atomic reindex) while we opened it: end the read
                 # transaction first, then drop the handle (closing it inside would fail the COMMIT).
                 if after == before:
-                    ctx.cache.retain(after, set(keep) | {revision})
+                    if retain:
+                        ctx.cache.retain(after, set(keep) | {revision})
                     return reads(conn, after, revision)
             ctx.drop_reader(db_path)
         except BaseException as exc:

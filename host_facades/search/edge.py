@@ -100,6 +100,17 @@ _reply_values = attrgetter(*_REPLY_FIELDS)
 _ranking_values = attrgetter(*_RANKING_FIELDS)
 
 
+_NOW_MS = _REQUEST_FIELDS.index("now_ms")
+
+
+def request_key(req: SearchRequest) -> tuple[Any, ...]:
+    """``req``'s wire values without its clock (``now_ms``): two requests with the same key ask
+    the same search a moment apart."""
+    values = list(req.wire())
+    values[_NOW_MS] = None
+    return tuple(values)
+
+
 def request_from_wire(values: tuple[Any, ...]) -> SearchRequest:
     """The :class:`SearchRequest` of :meth:`SearchRequest.wire`'s values."""
     if len(values) != len(_REQUEST_FIELDS):

@@ -55,6 +55,10 @@ SKIPPED_EMBEDDING_PROBE = {"ok": False, "checked": False,
                            "error": "memory embedding readiness not checked; run `openclaw memory status --deep` to probe"}
 
 
+# the search of the request that is opening an agent, handed to MemoryService._make_core in its thread
+_opening = threading.local()
+
+
 def error_message(exc: BaseException) -> str:
     """``formatErrorMessage``: the error's own message, never empty."""
     if isinstance(exc, MemoryCoreError):
@@ -89,7 +93,8 @@ class MemoryService:
     def _make_core(cfg: MemoryCoreConfig, agent_id: str) -> Any:
         from memory_core.core import MemoryCore
 
-        core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg)
+        core = MemoryCore(cfg.workspace, agent_id=agent_id, config=cfg, prefetch=True,
+                          first_search=getattr(_opening, "first_search", None))
         core.serve_freshness()  # watcher, interval and startup catch-up while serving
         return core
 
@@ -142,17 +147,23 @@ class MemoryService:
     def agent_config(self, agent_id: str) -> MemoryCoreConfig:
         return self.core(agent_id).config
 
-    def core(self, agent_id: str) -> Any:
+    def core(self, agent_id: str, first_search: tuple | None = None) -> Any:
         """The agent's engine, opened on first use (raises what ``MemoryCore`` raises). An agent
         opened here whose startup catch-up found changes syncs them first (up to
         :data:`OPEN_SYNC_WAIT_S`), so the request that opened it does not answer from an old index.
 
         Behind, not only dirty: the catch-up sync may already have taken the changed paths (nothing
-        is dirty while it publishes them), and the index does not hold them until it is done."""
+        is dirty while it publishes them), and the index does not hold them until it is done.
+        ``first_search``: ``(query, max_results, min_score)`` of the search this request runs next,
+        answered ahead by the task that reads the agent's open-time facts (``MemoryCore``)."""
         core = self.runtime.opened_core(agent_id)
         if core is not None:
             return core
-        core = self.runtime.core(agent_id)  # agents open in parallel, each once (the runtime's locks)
+        _opening.first_search = first_search  # to _make_core, called in this thread under the runtime's lock
+        try:
+            core = self.runtime.core(agent_id)  # agents open in parallel, each once (the runtime's locks)
+        finally:
+            _opening.first_search = None
         fresh = core.freshness
         if fresh.is_behind():
             if fresh.is_dirty():
@@ -239,7 +250,7 @@ class MemoryMethods:
             nonlocal core
             if core is None:
                 try:
-                    core = self.service.core(agent_id)
+                    core = self.service.core(agent_id, (request.query, request.max_results, request.min_score))
                 except Exception as exc:  # noqa: BLE001 - any acquisition failure is UNAVAILABLE
                     raise _OpenFailed(exc) from exc
             hits = core.search(request.query, max_results=request.max_results, min_score=request.min_score)

@@ -326,6 +326,24 @@ class SearchEngine:
         """:meth:`search` with ``details`` on (same arguments): its :class:`SearchDetails`."""
         return self.search(query, details=True, **kwargs).details
 
+    def speculative_request(self, query: Any, max_results: Any = None, min_score: Any = None) -> SearchRequest | None:
+        """The request a pooled keyword-only :meth:`search` of these arguments sends (its clock
+        aside), for a worker to answer ahead of the checks that must pass before it is used
+        (``PooledRetriever.stash``); None when the search would not send exactly that (a provider,
+        no pool, a blank or invalid query or limits: the search reports those itself)."""
+        if self.retriever is None or self.provider is not None or not isinstance(query, str):
+            return None
+        q = query.strip()
+        st = self._settings()
+        if not q or not q.isascii() or st.provider != "none":
+            return None
+        try:
+            mr, ms = self._validate_numbers(st, max_results, min_score)
+        except Exception:  # noqa: BLE001 - the search raises it
+            return None
+        return self._request(q, self._sources(st, None), mr, ms, want_vector=False, qvec=None,
+                             active_project_keys=None, details=False, probe_content=True, settings=st)
+
     def _check_identity(self) -> None:
         if self.identity_check is None:
             return

@@ -68,6 +68,42 @@ class SearchService:
                                                      identity_check=self._identity_mismatch)
             return self._fallback_engine
 
+    def read_open_state(self, first_search: tuple | None = None) -> Any:
+        """What opening the index's owner reads (the workspace and identity meta, the startup
+        catch-up's rows), read by a retrieval worker (the ``agent_state`` task) on the connection it
+        keeps for the searches: an :class:`~memory_core.index_identity.OpenState`, or None (no pool,
+        no file yet, the file changed meanwhile, or the task failed: the owner reads it itself).
+
+        ``first_search``: ``(query, max_results, min_score)`` of the search that opens the agent; a
+        keyword-only one is answered by the same task on the same snapshot and kept for that search
+        (``PooledRetriever.stash``), which uses it only if the file is still unchanged when every
+        check before it (workspace, identity, catch-up) has passed: one task per opened agent."""
+        from memory_core.index_identity import OpenState, file_stamp
+        from memory_core.store.workspace import WORKSPACE_KEY
+        from memory_core.store import schema
+
+        retriever = self.retriever
+        stamp = file_stamp(self.db_path)
+        if retriever is None or stamp is None:
+            return None
+        payload: dict[str, Any] = {"db_path": self.db_path, "keys": [WORKSPACE_KEY, schema.META_KEY]}
+        req = None
+        if first_search is not None and self.config.provider == "none":  # the engine loads no model then
+            req = self.engine.speculative_request(*first_search)
+        if req is not None:
+            payload["req"] = req.wire()
+        try:
+            state = retriever.pool.run("agent_state", payload, timeout_s=retriever.timeout_s)
+        except Exception:  # noqa: BLE001 - the owner's own reads report what is wrong with the file
+            return None
+        if state is None or state["db_id"] != f"{stamp[0]}:{stamp[1]}" or file_stamp(self.db_path) != stamp:
+            return None
+        if req is not None and state.get("search") is not None:
+            retriever.stash(req, lambda: file_stamp(self.db_path) == stamp, tuple(state["search"]))
+        return OpenState(stamp=stamp, meta=state["meta"], sources=[tuple(r) for r in state["sources"]],
+                         forgotten=[tuple(r) for r in state["forgotten"]],
+                         skipped=[tuple(r) for r in state["skipped"]])
+
     def close(self) -> None:
         """Close the engines' reader connections (they reopen on the next search)."""
         for engine in (self._engine, self._fallback_engine):
