@@ -8,7 +8,10 @@ again (its startup catch-up then finds what changed meanwhile, and the search sy
 
 An agent is never closed under a request: one used within the last ``grace_s`` seconds or with a
 sync queued or running is skipped, and an evicted agent leaves the map at once (new requests open
-a fresh owner) but is closed on a background thread, so a request still holding it finishes first.
+a fresh owner) but is closed a second later on a background thread, so a request still holding it
+finishes first. Closes that fall behind (a close can wait on the disk: a writer's checkpoint) are
+helped by the threads that evict: past :data:`CLOSING_BACKLOG` queued, the evicting thread closes
+the due ones itself, so open agents stay bounded by the cap plus about a second of evictions.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ DEFAULT_MAX_OPEN_AGENTS = 256
 DEFAULT_GRACE_S = 2.0
 FDS_PER_OPEN_AGENT = 8     # an open agent's SQLite files (index, -wal, -shm, per connection) and its watches
 FDS_RESERVED = 256         # sockets, worker pipes, the process's own files
+CLOSING_BACKLOG = 64       # evicted agents queued for the closer before evicting threads close them too
+CLOSE_DELAY_S = 1.0        # an evicted agent is closed this long after it left the map
 
 
 def raise_fd_limit() -> tuple[int, int]:
@@ -80,20 +85,23 @@ class OpenAgents:
     # -- the mapping the runtime reads -------------------------------------------------------------
 
     def get(self, agent_id: str, default: Any = None) -> Any:
+        victims: list[Any] = []
         with self._lock:
             core = self._cores.get(agent_id)
             if core is not None:
                 self._cores.move_to_end(agent_id)
                 self._used[agent_id] = self._clock()
-                self._evict()  # agents skipped before (busy, or used within the grace) may be closable now
-            return core if core is not None else default
+                victims = self._evict()  # agents skipped before (busy, or used within the grace) may be closable now
+        self._close_all(victims)
+        return core if core is not None else default
 
     def __setitem__(self, agent_id: str, core: Any) -> None:
         with self._lock:
             self._cores[agent_id] = core
             self._cores.move_to_end(agent_id)
             self._used[agent_id] = self._clock()
-            self._evict()
+            victims = self._evict()
+        self._close_all(victims)
 
     def pop(self, agent_id: str, default: Any = None) -> Any:
         with self._lock:
@@ -131,11 +139,12 @@ class OpenAgents:
 
     # -- eviction --------------------------------------------------------------------------------
 
-    def _evict(self) -> None:
-        """Close least recently used agents until the cap holds (skipping the busy ones)."""
+    def _evict(self) -> list[Any]:
+        """Take least recently used agents out until the cap holds (skipping the busy ones); returns
+        them, for the caller to close once it no longer holds the lock (a close may help the closer)."""
         over = len(self._cores) - self.cap
         if over <= 0:
-            return
+            return []
         now = self._clock()
         victims = []
         for agent_id, core in self._cores.items():
@@ -146,10 +155,15 @@ class OpenAgents:
             if _busy(core):
                 continue
             victims.append(agent_id)
+        out = []
         for agent_id in victims:
-            core = self._cores.pop(agent_id)
+            out.append(self._cores.pop(agent_id))
             self._used.pop(agent_id, None)
             self.evicted += 1
+        return out
+
+    def _close_all(self, cores: list[Any]) -> None:
+        for core in cores:
             self._close(core)
 
     def stats(self) -> dict[str, int]:
@@ -174,18 +188,34 @@ _closer: threading.Thread | None = None
 
 
 def _close_later(core: Any) -> None:
-    """Close ``core`` on the one background closer thread (after any request holding it is done)."""
+    """Close ``core`` on the one background closer thread (after any request holding it is done).
+    With more than :data:`CLOSING_BACKLOG` queued, this thread first closes the queue's due ones."""
     global _closer
-    with _closing_cond:
-        _closing.append((time.monotonic() + 1.0, core))
+    cond, queue = _closing_cond, _closing
+    with cond:
+        queue.append((time.monotonic() + CLOSE_DELAY_S, core))
         if _closer is None or not _closer.is_alive():
-            _closer = threading.Thread(target=_close_loop, args=(_closing_cond, _closing),
+            _closer = threading.Thread(target=_close_loop, args=(cond, queue),
                                        name="memory-core-agent-closer", daemon=True)
             _closer.start()
         # only a closer with nothing queued needs waking: one with a queue already wakes at its head's
         # time, which is before this core's (a wake per eviction cost a thread switch per opened agent)
-        if len(_closing) == 1:
-            _closing_cond.notify()
+        if len(queue) == 1:
+            cond.notify()
+        behind = len(queue) > CLOSING_BACKLOG
+    while behind:
+        with cond:
+            if len(queue) <= CLOSING_BACKLOG or queue[0][0] > time.monotonic():
+                return
+            _at, due = queue.pop(0)
+        _close_one(due)
+
+
+def _close_one(core: Any) -> None:
+    try:
+        core.close()
+    except Exception:  # noqa: BLE001 - a failed close never stops the closer (or the request helping it)
+        log.exception("memory-core: closing an idle agent failed")
 
 
 def _close_loop(cond: threading.Condition, queue: list[tuple[float, Any]]) -> None:
@@ -201,7 +231,4 @@ def _close_loop(cond: threading.Condition, queue: list[tuple[float, Any]]) -> No
                 cond.wait(left)
                 continue
             queue.pop(0)
-        try:
-            core.close()
-        except Exception:  # noqa: BLE001 - a failed close never stops the closer
-            log.exception("memory-core: closing an idle agent failed")
+        _close_one(core)

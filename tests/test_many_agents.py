@@ -73,6 +73,36 @@ def test_evicted_agents_are_all_closed_and_the_closer_is_woken_once_per_empty_qu
     assert Counting.notified == 2
 
 
+def test_closes_that_fall_behind_are_helped_by_the_evicting_thread(monkeypatch):
+    """Past CLOSING_BACKLOG queued (the closer stuck on a slow close), the thread that evicts closes
+    the due ones itself; one evicted less than CLOSE_DELAY_S ago is never closed early."""
+    import threading
+
+    class StuckCloser:  # the closer thread, alive but behind: it closes nothing meanwhile
+        def is_alive(self) -> bool:
+            return True
+
+    closed_by: dict[str, str] = {}
+
+    class Recording(FakeCore):
+        def close(self) -> None:
+            closed_by[self.name] = threading.current_thread().name
+
+    monkeypatch.setattr(open_agents, "_closing_cond", threading.Condition())
+    monkeypatch.setattr(open_agents, "_closing", [])
+    monkeypatch.setattr(open_agents, "_closer", StuckCloser())
+    monkeypatch.setattr(open_agents, "CLOSING_BACKLOG", 3)
+    monkeypatch.setattr(open_agents, "CLOSE_DELAY_S", 60.0)
+    for i in range(5):
+        open_agents._close_later(Recording(f"fresh{i}"))
+    assert closed_by == {} and len(open_agents._closing) == 5  # none due yet: a request may still hold them
+    open_agents._closing[:] = [(0.0, core) for _at, core in open_agents._closing]  # all due now
+    open_agents._close_later(Recording("last"))
+    me = threading.current_thread().name
+    assert closed_by == {"fresh0": me, "fresh1": me, "fresh2": me}  # the oldest, down to the backlog
+    assert [core.name for _at, core in open_agents._closing] == ["fresh3", "fresh4", "last"]
+
+
 def make_agents(tmp_path: Path, n: int, **extra) -> MemoryCoreConfig:
     agents = {}
     for i in range(n):
