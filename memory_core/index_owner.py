@@ -28,6 +28,7 @@ from memory_core.errors import (ConfigError, IndexCorrupt, IndexNewer, IndexPaus
 from memory_core.index_identity import IndexIdentity, OpenState, file_stamp
 from memory_core.indexer import IndexSummary, ProgressFn, record_last_sync, resolve_sessions_dir, run_sync
 from memory_core.session_keys import session_index_path
+from memory_core.store import schema
 from memory_core.store.access import folder_problem, index_errors, not_writable
 from memory_core.store.identity import identity_mismatch, index_identity, paused_message, settings_change
 from memory_core.store.perms import tighten
@@ -117,6 +118,8 @@ class IndexOwner(IndexIdentity):
             "extension_path": cfg.store.vector.extension_path,
             "cache_enabled": cfg.cache.enabled,
             "cache_max_entries": cfg.cache.max_entries,
+            # a new file's page size: large for rows that carry a vector, small for text alone
+            "page_size": schema.PAGE_SIZE_KEYWORD if cfg.provider == "none" else schema.PAGE_SIZE_VECTORS,
         }
 
     @property

@@ -385,6 +385,28 @@ def test_an_index_with_its_own_fts_text_copy_keeps_working_and_a_new_one_stores_
     conn.close()
 
 
+def test_a_keyword_only_agent_gets_small_pages_and_an_embedding_one_large(tmp_path):
+    """Every table and index takes at least a page: a keyword-only index (rows of text alone) is
+    made with 4 KiB pages, one whose rows carry vectors with 16 KiB; the choice is a new file's."""
+    from memory_core.config import load_config
+    from memory_core.core import MemoryCore
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for k in range(5):
+        (ws / "memory" / f"n{k}.md").write_text(f"# note {k}\nfalcon staging coffee roast {k}\n", encoding="utf-8")
+    sizes = {}
+    for provider in ("none", "local"):
+        db = tmp_path / f"{provider}.sqlite"
+        cfg = load_config(None, overrides={"pool": {"workers": 0}, "provider": provider, "store": {"path": str(db)}})
+        with MemoryCore(str(ws), config=cfg) as core:
+            assert core.index().files == 5
+        conn = apsw.Connection(str(db))
+        sizes[provider] = conn.execute("PRAGMA page_size").fetchone()[0]
+        conn.close()
+    assert sizes == {"none": 4096, "local": 16384}
+
+
 def test_the_wal_is_checkpointed_by_bytes_whatever_the_page_size(tmp_path):
     old_path = str(tmp_path / "old.sqlite")
     conn = apsw.Connection(old_path)  # as an older release created it: 4 KiB pages

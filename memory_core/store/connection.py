@@ -79,8 +79,11 @@ class WriterConnection:
         vector_enabled: bool = True,
         extension_path: str | None = None,
         durable: bool = True,
+        page_size: int = schema.PAGE_SIZE_VECTORS,
     ) -> None:
+        # page_size: a new file's (an existing one keeps its own)
         self.db_path = os.path.abspath(db_path)
+        self.page_size = page_size
         self.fts_tokenizer = fts_tokenizer
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
@@ -150,13 +153,13 @@ class WriterConnection:
                 # is read too: damaged pages after it fail here, not in the first sync
                 with contextlib.suppress(FileNotFoundError):
                     open_readonly(self.db_path, load_vec=False, check_pages=True).close()
-            elif not create_from_image(self.db_path, schema.new_file_image(self.fts_tokenizer)):
+            elif not create_from_image(self.db_path, schema.new_file_image(self.fts_tokenizer, self.page_size)):
                 create_private_file(self.db_path)  # 0600 whatever the umask; -wal/-shm get its mode
                 created = True
             conn = apsw.Connection(self.db_path)
             try:
                 if created:
-                    for pragma in schema.NEW_FILE_PRAGMAS:
+                    for pragma in schema.new_file_pragmas(self.page_size):
                         conn.execute(pragma)
                 schema.configure_connection(conn)
                 if not self.durable:  # a throw-away build file: fsynced once before it is swapped in

@@ -270,27 +270,35 @@ def create_schema(conn: apsw.Connection, tokenizer: str = "unicode61") -> bool:
     return True
 
 
-_IMAGES: dict[str, bytes] = {}
+_IMAGES: dict[tuple[str, int], bytes] = {}
 _images_lock = threading.Lock()
 
 
 # before WAL mode and the first table, so only a new file gets them: free pages go back to the file
-# system, and 16 KiB pages hold a chunk row (its text and float32 vector, ~3 KB) with little left
-# over, where 4 KiB pages held one
-NEW_FILE_PRAGMAS = ("PRAGMA page_size=16384", "PRAGMA auto_vacuum=INCREMENTAL")
+# system, and the page size is the file's for good. An index of embedded chunks gets 16 KiB pages,
+# which hold a chunk row (its text and float32 vector, ~3 KB) with little left over, where 4 KiB
+# pages held one; a keyword-only index gets 4 KiB pages: its rows are text alone, and every table
+# and index of the schema takes at least a page (a 5-note agent's file is 156 KB, not 573 KB)
+PAGE_SIZE_VECTORS = 16384
+PAGE_SIZE_KEYWORD = 4096
 
 
-def new_file_image(tokenizer: str = "unicode61") -> bytes | None:
+def new_file_pragmas(page_size: int = PAGE_SIZE_VECTORS) -> tuple[str, ...]:
+    """The settings a new index file is created with (``page_size``: see above)."""
+    return (f"PRAGMA page_size={int(page_size)}", "PRAGMA auto_vacuum=INCREMENTAL")
+
+
+def new_file_image(tokenizer: str = "unicode61", page_size: int = PAGE_SIZE_VECTORS) -> bytes | None:
     """The bytes of a new index file: the whole schema (:func:`create_schema`) and WAL mode in its
-    header, built once per process and tokenizer; None for an unknown tokenizer or no FTS5. Written
+    header, built once per process, tokenizer and page size; None for an unknown tokenizer or no FTS5. Written
     as a new agent's file, it spares the file's switch to WAL mode (a rollback journal and four
     fsyncs) and the schema's creation (CREATE statements, each reloading the schema)."""
     with _images_lock:
-        image = _IMAGES.get(tokenizer)
+        image = _IMAGES.get((tokenizer, page_size))
         if image is None:
             conn = apsw.Connection(":memory:")
             try:
-                for pragma in NEW_FILE_PRAGMAS:
+                for pragma in new_file_pragmas(page_size):
                     conn.execute(pragma)
                 if not create_schema(conn, tokenizer):
                     return None
@@ -298,7 +306,7 @@ def new_file_image(tokenizer: str = "unicode61") -> bytes | None:
             finally:
                 conn.close()
             data[18:20] = b"\x02\x02"  # file format write/read version 2: WAL (sqlite.org/fileformat.html)
-            image = _IMAGES[tokenizer] = bytes(data)
+            image = _IMAGES[(tokenizer, page_size)] = bytes(data)
         return image
 
 

@@ -52,9 +52,10 @@ class IndexWriter(WriterConnection):
         cache_enabled: bool = True,
         cache_max_entries: int | None = None,
         durable: bool = True,
+        page_size: int = schema.PAGE_SIZE_VECTORS,
     ) -> None:
         super().__init__(db_path, fts_tokenizer=fts_tokenizer, vector_enabled=vector_enabled,
-                         extension_path=extension_path, durable=durable)
+                         extension_path=extension_path, durable=durable, page_size=page_size)
         self.cache = EmbeddingCache(self, enabled=cache_enabled, max_entries=cache_max_entries)
         self._open()
 
