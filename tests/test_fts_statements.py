@@ -3,6 +3,9 @@ filter is probed once per search (not once per probe) with the same answers."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from host_facades.db.sqlite_read import open_readonly
 from host_facades.retrieval import fts_query, fts_search
 from tests.search_fixtures import build_index
@@ -47,3 +50,25 @@ def test_an_ascii_snippet_is_cut_at_the_limit_and_an_astral_one_between_pairs():
     astral = "a" * 699 + "\U0001F600" + "b" * 400  # the emoji takes units 700-701: cut before it
     assert fts_query.truncate_snippet(astral) == "a" * 699
     assert fts_query.truncate_snippet("short") == "short"
+
+
+def _boosted_score_in_full(query_tokens, path, text, fts_score):
+    """score_fallback_keyword_result without its early return: every boost summed, then capped."""
+    text_set = set(fts_query.lower_tokens(text))
+    overlap = sum(1 for t in query_tokens if t in text_set)
+    path_lower = path.lower()
+    return min(1.0, fts_score + overlap / len(query_tokens) * 0.45 + overlap / max(len(text_set), 1) * 0.2
+               + sum(0.18 for t in query_tokens if t in path_lower) + min(len(text) / 160, 0.18))
+
+
+@settings(max_examples=400, deadline=None)
+@given(fts_score=st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 0.82, 0.8200000000000001, 1.0])),
+       words=st.lists(st.sampled_from(["deploy", "key", "rocket", "the", "notes", "x"]), min_size=1, max_size=40),
+       query=st.lists(st.sampled_from(["deploy", "key", "rocket", "vault", "notes"]), min_size=1, max_size=5),
+       path=st.sampled_from(["memory/rocket.md", "memory/a.md", "notes/key-deploy.md"]))
+def test_the_boosted_score_skips_the_text_only_when_the_cap_is_reached_anyway(fts_score, words, query, path):
+    text = " ".join(words)
+    tokens = fts_query.unique_terms(query)
+    expected = _boosted_score_in_full(tokens, path, text, fts_score)
+    assert fts_query.score_fallback_keyword_result(query=" ".join(query), path=path, text=text, fts_score=fts_score,
+                                                   query_tokens=tokens) == expected
