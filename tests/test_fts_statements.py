@@ -32,15 +32,57 @@ def test_the_source_filter_is_probed_once_for_every_probe_of_a_search(tmp_path):
     ])
     conn = open_readonly(db)
     statements = _traced(conn)
-    # a sentence the strict AND query cannot match: the strict probe, then the OR probe, both MATCH
-    found = fts_search.keyword_search_with_fallback(conn, "where does the rocket deploy key live today",
+    # a sentence the strict AND query cannot match (7 words: not a long query): the strict probe, then
+    # the OR probe, both MATCH
+    found = fts_search.keyword_search_with_fallback(conn, "where does the rocket deploy key live",
                                                     limit=10, sources=["memory"])
     assert [s for s in statements if s == SOURCE_PROBE] == [SOURCE_PROBE]
     assert sum("MATCH" in s and "bm25(memory_index_chunks_fts)" in s for s in statements) == 2
     assert sorted(h["id"] for h in found["hits"]) == ["m1", "m2"]  # the session chunk is filtered out
-    both = fts_search.keyword_search_with_fallback(conn, "where does the rocket deploy key live today",
+    both = fts_search.keyword_search_with_fallback(conn, "where does the rocket deploy key live",
                                                    limit=10, sources=["memory", "sessions"])
     assert sorted(h["id"] for h in both["hits"]) == ["m1", "m2", "s1"]
+    conn.close()
+
+
+BODY_MATCH = "bm25(memory_index_chunks_fts)"
+
+
+def test_a_long_query_skips_the_strict_pass_and_keeps_what_the_or_probe_ranks(tmp_path):
+    db = build_index(tmp_path / "s.sqlite", [
+        {"id": "all", "path": "memory/all.md", "text": "where does the rocket deploy key live today, asks the crew"},
+        {"id": "some", "path": "memory/some.md", "text": "the rocket deploy key rotates every quarter"},
+        {"id": "none", "path": "memory/none.md", "text": "dark roast coffee"},
+    ])
+    conn = open_readonly(db)
+    statements = _traced(conn)
+    found = fts_search.keyword_search_with_fallback(conn, "where does the rocket deploy key live today",
+                                                    limit=10, sources=["memory"])
+    # 8 distinct words: the OR probe alone, which still finds the chunk holding every word first
+    assert sum(BODY_MATCH in s for s in statements) == 1
+    assert [h["id"] for h in found["hits"]] == ["all", "some"]
+    assert found["strict_skipped"] == 8 and found["full_count"] == 0 and "strict" not in found["statements_ms"]
+    statements.clear()
+    short = fts_search.keyword_search_with_fallback(conn, "where does the rocket deploy key live",
+                                                    limit=10, sources=["memory"])
+    assert sum(BODY_MATCH in s for s in statements) == 2 and "strict_skipped" not in short
+    statements.clear()
+    # without the OR probe (upstream's per-term probes) the strict pass runs whatever the length
+    upstream = fts_search.keyword_search_with_fallback(conn, "where does the rocket deploy key live today",
+                                                       limit=10, sources=["memory"], or_fallback=False)
+    assert upstream["full_count"] == 1 and "strict_skipped" not in upstream
+    conn.close()
+
+
+def test_a_long_query_of_stop_words_alone_keeps_the_strict_pass(tmp_path):
+    db = build_index(tmp_path / "s.sqlite", [
+        {"id": "m1", "path": "memory/a.md", "text": "it was what we had to do and then some of it was done"},
+    ])
+    conn = open_readonly(db)
+    # no keyword for an OR probe: skipping the strict query would leave nothing to search with
+    found = fts_search.keyword_search_with_fallback(conn, "what we had to do and then it was", limit=10,
+                                                    sources=["memory"])
+    assert [h["id"] for h in found["hits"]] == ["m1"] and "strict_skipped" not in found
     conn.close()
 
 
