@@ -265,13 +265,18 @@ def score_fallback_keyword_result(*, query: str, path: str, text: str, fts_score
     q_tokens = list(query_tokens) if query_tokens is not None else unique_terms(lower_tokens(query))
     if not q_tokens:
         return fts_score
+    length_boost = min(len(text) / 160, 0.18)
+    # Every boost is >= 0 and float addition is monotone, so the sum below is >= fts_score +
+    # length_boost: when that already reaches the cap the answer is 1.0 without tokenizing the text
+    # (most hits of a long query: its BM25 score alone is near 1).
+    if fts_score + length_boost >= 1.0:
+        return 1.0
     text_set = set(lower_tokens(text))
     path_lower = unicodedata.normalize("NFC", path).lower()
     overlap = sum(1 for t in q_tokens if t in text_set)
     unique_overlap = overlap / max(len(q_tokens), 1)
     density = overlap / max(len(text_set), 1)
     path_boost = sum(0.18 for t in q_tokens if t in path_lower)
-    length_boost = min(len(text) / 160, 0.18)
     return min(1.0, fts_score + unique_overlap * 0.45 + density * 0.2 + path_boost + length_boost)
 
 

@@ -25,7 +25,7 @@ from host_facades.retrieval.fts_query import (
     source_clause, unique_terms, bm25_rank_to_score, body_search_sql, build_fts_query, escape_like, plan_keyword_search,
     score_fallback_keyword_result, truncate_snippet, word_tokens,
 )
-from host_facades.retrieval.keywords import extract_keywords, fallback_terms
+from host_facades.retrieval.keywords import KEYWORD_FALLBACK_SEARCH_TERM_LIMIT, probe_keywords
 
 EXACT_PATH_CANDIDATE_LIMIT = 200
 PATH_FTS_TABLE = "memory_index_paths_fts"
@@ -115,10 +115,13 @@ def body_search(
     match_any: bool = False,
     extra_terms: Sequence[str] = (),
     needs_filter: Callable[[], bool] | None = None,
+    plan: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Body FTS search: ``{hits, kind, error, match_query}``; LIKE-only hits get text_score 0 (D3).
-    ``needs_filter()``: whether other sources than ``sources`` hold chunks (default: asked here)."""
-    plan = plan_keyword_search(query, tokenizer, match_any=match_any, extra_terms=extra_terms)
+    ``needs_filter()``: whether other sources than ``sources`` hold chunks (default: asked here).
+    ``plan``: ``plan_keyword_search`` of these arguments when the caller has it already."""
+    if plan is None:
+        plan = plan_keyword_search(query, tokenizer, match_any=match_any, extra_terms=extra_terms)
     rows, kind, error = _body_rows(conn, plan, limit=max(1, int(limit)), sources=sources, tokenizer=tokenizer,
                                    needs_filter=needs_filter)
     rq = ranking_query if ranking_query is not None else query
@@ -264,10 +267,12 @@ def path_search(
     tokenizer: str = "unicode61",
     exact_path_query: str | None = None,
     exact_hits: Sequence[dict[str, Any]] | None = None,
+    plan: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Exact-path candidates (<= 200) plus partial path-FTS hits (<= limit), each as the file's first chunk.
 
-    ``exact_hits`` (from :func:`exact_path_search`) skips recomputing the exact tier for every probe.
+    ``exact_hits`` (from :func:`exact_path_search`) skips recomputing the exact tier for every probe;
+    ``plan``: ``plan_keyword_search(query, tokenizer)`` when the caller has it already.
     """
     hits: dict[str, dict[str, Any]] = {}
     error = None
@@ -279,7 +284,8 @@ def path_search(
             exact_hits, error = ex["hits"], ex["error"]
         for hit in exact_hits:
             hits[hit["id"]] = dict(hit)
-        plan = plan_keyword_search(query, tokenizer)
+        if plan is None:
+            plan = plan_keyword_search(query, tokenizer)
         if plan["match_query"] or plan["substring_terms"]:
             if plan["match_query"]:
                 like_sql, like_params = like_clauses(plan["substring_terms"], tokenizer, "path")
@@ -388,16 +394,35 @@ def keyword_search(
     needs_filter: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """One keyword probe: body search + path search, merged by id and limited."""
+    # the path search plans the query as given (AND); the body search too unless it widens it
+    path_plan = plan_keyword_search(query, tokenizer)
     body = body_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer,
                        ranking_query=ranking_query, boost=boost, match_any=match_any, extra_terms=extra_terms,
-                       needs_filter=needs_filter)
+                       needs_filter=needs_filter, plan=None if match_any or extra_terms else path_plan)
     path = path_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer,
-                       exact_path_query=exact_path_query, exact_hits=exact_hits)
+                       exact_path_query=exact_path_query, exact_hits=exact_hits, plan=path_plan)
     hits = limit_keyword_hits(merge_keyword_hits([body["hits"], path["hits"]]), limit)
     errors = [e for e in (body["error"], path["error"]) if e]
     return {"hits": hits, "body_kind": body["kind"], "match_query": body["match_query"],
             "substring_terms": body["substring_terms"], "errors": errors,
             "body_count": len(body["hits"]), "path_count": len(path["hits"])}
+
+
+# A query of at least this many distinct words skips the strict AND pass when the OR probe runs (on
+# the unicode61 tokenizer): such a query rarely has every word in one chunk, and a chunk that has
+# them all holds every keyword too, which the OR probe ranks by BM25 over the keywords. On the long
+# workload (1,300 queries of 10-20 words, 66% of them with one chunk holding every word) the order of
+# the results stayed the same without the pass, which was a third of the keyword stage.
+LONG_QUERY_WORDS = 8
+
+
+def long_query_words(query: str, tokenizer: str) -> int:
+    """The distinct words of ``query`` when there are at least :data:`LONG_QUERY_WORDS` of them
+    (unicode61 only), else 0: a query whose strict AND pass :func:`keyword_search_with_fallback` skips."""
+    if tokenizer != "unicode61":
+        return 0
+    words = len(set(lower_tokens(query or "")))
+    return words if words >= LONG_QUERY_WORDS else 0
 
 
 def keyword_search_with_fallback(
@@ -409,7 +434,9 @@ def keyword_search_with_fallback(
     tokenizer: str = "unicode61",
     or_fallback: bool = True,
 ) -> dict[str, Any]:
-    """``searchKeywordWithFallback``: the strict query, then (when thin) keyword probes.
+    """``searchKeywordWithFallback``: the strict query, then (when thin) keyword probes. A query of
+    :data:`LONG_QUERY_WORDS` distinct words or more goes to the OR probe without the strict query
+    (``strict_skipped`` in the answer: the number of words).
 
     memory-core addition (``or_fallback``, on by default): before the per-keyword probes, one
     BM25-ranked OR probe over all the query's keywords (up to 64, light-stem prefixes added); the
@@ -428,20 +455,34 @@ def keyword_search_with_fallback(
     ms["exact_path"] = (t1 - t) * 1000
     # whether the body rows need the source filter: one probe of the snapshot for all the statements
     needs_filter = functools.cache(lambda: _needs_source_filter(conn, sources))
-    full = keyword_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer, exact_hits=exact["hits"],
-                          needs_filter=needs_filter)
-    t = time.perf_counter()
-    ms["strict"] = (t - t1) * 1000
+    # the keywords are extracted once: the per-term probes take the first 6, the OR probe up to 64
+    keywords: list[str] | None = None
+    words = long_query_words(query, tokenizer) if or_fallback else 0
+    if words:
+        keywords = probe_keywords(query, tokenizer)
+    if words and keywords:
+        # the strict pass skipped: only the exact-path tier, as the strict probe gives it without body hits
+        full = {"hits": limit_keyword_hits(merge_keyword_hits([exact["hits"]]), limit), "body_kind": "none",
+                "match_query": None, "substring_terms": [], "errors": []}
+    else:
+        words = 0
+        full = keyword_search(conn, query, limit=limit, sources=sources, tokenizer=tokenizer,
+                              exact_hits=exact["hits"], needs_filter=needs_filter)
+        ms["strict"] = (time.perf_counter() - t1) * 1000
     if exact["error"]:
         full["errors"].append(exact["error"])
     info: dict[str, Any] = {"match_query": full["match_query"], "substring_terms": full["substring_terms"],
                             "body_kind": full["body_kind"], "errors": list(full["errors"]), "probes": [],
                             "full_count": len(full["hits"]), "statements_ms": ms}
+    if words:
+        info["strict_skipped"] = words
     hits = full["hits"]
     if sum(1 for h in hits if h["exact"] == 0) >= limit:
         info["hits"] = hits
         return info
-    terms = fallback_terms(query, tokenizer)
+    if keywords is None:
+        keywords = probe_keywords(query, tokenizer)
+    terms = keywords[:KEYWORD_FALLBACK_SEARCH_TERM_LIMIT]
     if not terms:
         info["hits"] = hits
         return info
@@ -453,8 +494,7 @@ def keyword_search_with_fallback(
     sets = [hits]
     if or_fallback:
         # one query, so its cost is bounded without the 6-term cap of the per-term probes
-        whole = (query or "").strip().lower()
-        or_terms = [k for k in extract_keywords(query, tokenizer) if k != whole][:MAX_QUERY_TERMS] or terms
+        or_terms = keywords[:MAX_QUERY_TERMS]
         t = time.perf_counter()
         probe = keyword_search(conn, " ".join(or_terms), limit=limit, sources=sources, tokenizer=tokenizer,
                                ranking_query=query, match_any=True, exact_hits=exact["hits"],

@@ -139,7 +139,13 @@ def extract_keywords(query: str, tokenizer: str = "unicode61") -> list[str]:
     return out
 
 
+def probe_keywords(query: str, tokenizer: str = "unicode61") -> list[str]:
+    """Every keyword of ``query`` but the whole query itself: the OR probe's terms (capped by the
+    caller), whose first 6 are :func:`fallback_terms`."""
+    whole = (query or "").strip().lower()
+    return [k for k in extract_keywords(query, tokenizer) if k != whole]
+
+
 def fallback_terms(query: str, tokenizer: str = "unicode61") -> list[str]:
     """Keywords for the extra probes: not the whole query itself, at most 6."""
-    whole = (query or "").strip().lower()
-    return [k for k in extract_keywords(query, tokenizer) if k != whole][:KEYWORD_FALLBACK_SEARCH_TERM_LIMIT]
+    return probe_keywords(query, tokenizer)[:KEYWORD_FALLBACK_SEARCH_TERM_LIMIT]

@@ -79,15 +79,18 @@ def explain_cells(r: dict[str, Any]) -> list[str]:
 def _format_explain(data: dict[str, Any]) -> str:
     lines = [f"mode: {data['mode']}  revision: {data.get('revision')}"]
     plan = data.get("fts_plan") or {}
+    fts = data.get("fts") or {}
     if plan:
-        lines.append(f"fts query: {plan.get('match_query')}")
+        lines.append(f"fts query: {plan.get('match_query')}"
+                     + (" (not run: a long query goes to the OR probe)" if fts.get("strict_skipped") else ""))
         if plan.get("substring_terms"):
             lines.append(f"substring terms (LIKE): {plan['substring_terms']}")
         lines.append(f"fallback keywords: {plan.get('fallback_terms')}  or-probe: {plan.get('or_probe')}")
         lines.append(f"body sql: {plan.get('body_sql')}")
-    fts = data.get("fts") or {}
     if fts:
-        lines.append(f"keyword: body={fts.get('body_kind')} strict hits={fts.get('full_count')} probes={fts.get('probes')}"
+        strict = (f"skipped ({fts['strict_skipped']} words)" if fts.get("strict_skipped")
+                  else fts.get("full_count"))
+        lines.append(f"keyword: body={fts.get('body_kind')} strict hits={strict} probes={fts.get('probes')}"
                      + (f" errors={fts['errors']}" if fts.get("errors") else ""))
         if fts.get("statements_ms"):
             lines.append("keyword statements ms: " + ", ".join(f"{k} {v:.2f}" for k, v in fts["statements_ms"].items()))
