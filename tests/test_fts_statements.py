@@ -74,6 +74,29 @@ def test_a_long_query_skips_the_strict_pass_and_keeps_what_the_or_probe_ranks(tm
     conn.close()
 
 
+def test_explain_shows_the_or_probe_that_runs_with_every_keyword(tmp_path):
+    """The per-term probes take the first 6 keywords, the OR probe all of them (up to 64):
+    ``explain_fts``'s ``or_probe`` is the MATCH string the OR probe binds, not one of the first 6."""
+    db = build_index(tmp_path / "s.sqlite", [
+        {"id": "m1", "path": "memory/a.md", "text": "rocket deploy key vault quarter crew coffee roast harbour"},
+    ])
+    conn = open_readonly(db)
+    bound: list[str] = []
+
+    def trace(cursor, sql, bindings):
+        if BODY_MATCH in sql and bindings:
+            bound.extend(b for b in bindings if isinstance(b, str) and " OR " in b)
+        return True
+
+    conn.exec_trace = trace
+    query = "rocket deploy key vault quarter crew coffee roast harbour"
+    fts_search.keyword_search_with_fallback(conn, query, limit=10, sources=["memory"])
+    plan = fts_query.explain_fts(query)
+    assert len(plan["fallback_terms"]) == 6 and bound == [plan["or_probe"]]
+    assert all(word in plan["or_probe"] for word in ("coffee", "roast", "harbour"))  # past the first 6
+    conn.close()
+
+
 def test_a_long_query_of_stop_words_alone_keeps_the_strict_pass(tmp_path):
     db = build_index(tmp_path / "s.sqlite", [
         {"id": "m1", "path": "memory/a.md", "text": "it was what we had to do and then some of it was done"},

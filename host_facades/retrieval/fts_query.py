@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from host_facades.retrieval.keywords import fallback_terms
+from host_facades.retrieval.keywords import KEYWORD_FALLBACK_SEARCH_TERM_LIMIT, probe_keywords
 
 try:  # the `regex` module knows \p{L}; the fallback below is equivalent, only slower
     import regex as _regex
@@ -327,7 +327,9 @@ def explain_fts(raw: str, *, tokenizer: str = "unicode61", limit: int = 24, sour
     """The explain twin of the keyword search: FTS strings, keyword probes and the body SQL."""
     plan = plan_keyword_search(raw, tokenizer)
     sql, params, kind = body_search_sql(plan, limit=limit, sources=sources, tokenizer=tokenizer)
-    terms = fallback_terms(raw, tokenizer)
+    keywords = probe_keywords(raw, tokenizer)
+    terms = keywords[:KEYWORD_FALLBACK_SEARCH_TERM_LIMIT]  # the per-term probes
+    or_terms = keywords[:MAX_QUERY_TERMS]  # the OR probe (keyword_search_with_fallback): all of them
     return {
         "fts_query": build_fts_query(raw),
         "match_query": plan["match_query"],
@@ -337,5 +339,5 @@ def explain_fts(raw: str, *, tokenizer: str = "unicode61", limit: int = 24, sour
         "body_params": params,
         "body_kind": kind if (plan["match_query"] or plan["substring_terms"]) else "none",
         "fallback_terms": terms,
-        "or_probe": plan_keyword_search(" ".join(terms), tokenizer, match_any=True)["match_query"] if terms else None,
+        "or_probe": plan_keyword_search(" ".join(or_terms), tokenizer, match_any=True)["match_query"] if or_terms else None,
     }
