@@ -55,6 +55,25 @@ def config_problem(config: MemoryCoreConfig, embedding_provider: Any = UNSET) ->
     return None
 
 
+def probe_readonly(db_path: str) -> None:
+    """Read what a rebuild reads from the live index at ``db_path`` (meta, source rows, after the
+    first row of every table and index) on a read-only connection; raises what reading an
+    unreadable file raises."""
+    from host_facades.db.sqlite_read import open_readonly
+
+    try:
+        conn = open_readonly(db_path, load_vec=False, check_pages=True)
+    except FileNotFoundError:
+        return
+    try:
+        for sql in ("SELECT key, value FROM memory_index_meta", "SELECT path, source, hash FROM memory_index_sources"):
+            with contextlib.suppress(apsw.SQLError):  # a table not created yet
+                for _row in conn.execute(sql):
+                    pass
+    finally:
+        conn.close()
+
+
 class IndexOwner(IndexIdentity):
     """The writer slot, the sync / reindex orchestration and ``forget`` of one index, with the identity
     checks of :class:`~memory_core.index_identity.IndexIdentity` (``MemoryCore`` delegates to it). ``on_replaced()`` runs when another process replaced
@@ -330,7 +349,7 @@ class IndexOwner(IndexIdentity):
         try:
             with index_errors(self.db_path):
                 if repair and self._writer is None:
-                    self._probe_readonly()  # before a read-write open touches the file or its -wal/-shm
+                    probe_readonly(self.db_path)  # before a read-write open touches the file or its -wal/-shm
                 live = self.writer
                 previous = {s: live.indexed_hashes(s) for s in self.config.sources}
         except (IndexCorrupt, IndexNewer) as exc:
@@ -372,23 +391,6 @@ class IndexOwner(IndexIdentity):
         summary.revision = self.writer.revision
         summary.moved_aside = moved_aside
         return summary
-
-    def _probe_readonly(self) -> None:
-        """Read what a rebuild reads from the live index (meta, source rows, after the first row of
-        every table and index) on a read-only connection; raises what reading an unreadable file raises."""
-        from host_facades.db.sqlite_read import open_readonly
-
-        try:
-            conn = open_readonly(self.db_path, load_vec=False, check_pages=True)
-        except FileNotFoundError:
-            return
-        try:
-            for sql in ("SELECT key, value FROM memory_index_meta", "SELECT path, source, hash FROM memory_index_sources"):
-                with contextlib.suppress(apsw.SQLError):  # a table not created yet
-                    for _row in conn.execute(sql):
-                        pass
-        finally:
-            conn.close()
 
     def _set_aside_unreadable(self, kind: str) -> str:
         """Move the unreadable index file (and its -wal/-shm) aside for a rebuild from scratch;
