@@ -12,6 +12,7 @@ from ``memory_core``.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -73,6 +74,29 @@ def _without_main() -> Iterator[None]:
             spawn.get_preparation_data = original
 
 
+# The folder this process imports ``workers`` (and ``host_facades`` beside it) from.
+CODE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def _code_root_on_path() -> Iterator[None]:
+    # A worker must run the code its owner runs. The forkserver does not take the owner's sys.path
+    # (multiprocess, like the standard library of Python 3.11, passes it but ignores it): it imports ``workers`` from
+    # its own path, the owner's working folder and then site-packages, so an owner that put a checkout
+    # on sys.path (or runs from another folder) got the workers of an older installed copy, silently.
+    # The forkserver starts with this process's environment: CODE_ROOT goes first on its PYTHONPATH
+    # while a worker starts (the caller holds _prep_lock: one start at a time).
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [CODE_ROOT, previous]))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+
+
 @contextlib.contextmanager
 def _sigint_blocked() -> Iterator[None]:
     # A spawned worker inherits this thread's signal mask through fork and exec: SIGINT stays
@@ -96,7 +120,7 @@ def start_worker(start_method: str, target: Callable[..., None], *, name: str, c
     replies = [ctx.Pipe(duplex=False) for _ in range(channels)]
     proc = ctx.Process(target=target, args=(req_r, [w for _, w in replies], *args), name=name, daemon=True)
     try:
-        with _without_main(), _sigint_blocked():
+        with _without_main(), _code_root_on_path(), _sigint_blocked():
             proc.start()
     except BaseException:
         for handle in (req_r, req_w, *(h for pair in replies for h in pair)):
