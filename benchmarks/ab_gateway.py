@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.bench_gateway import start_server
 
 TOKEN = "bench-token"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -59,15 +60,7 @@ def tree_cpu_s(root_pid: int) -> float:
 def _start(repo: Path, config: Path) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, MEMORY_CORE_GATEWAY_TOKEN=TOKEN, PYTHONPATH=str(repo))
     env.pop("MEMORY_CORE_HOME", None)
-    proc = subprocess.Popen([sys.executable, "-m", "memory_core", "serve", "--config", str(config), "--port", "0"],
-                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"listening on (ws://\S+)", line)
-    if not match:
-        proc.kill()
-        raise RuntimeError(f"memory-core serve from {repo} did not start: {line!r}")
-    return proc, match.group(1)
+    return start_server(config, env, repo=repo)
 
 
 def _index(repo: Path, config: Path) -> None:

@@ -65,8 +65,11 @@ def percentiles(times_ms: list[float]) -> dict[str, float]:
             "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))], 3), "n": len(ordered)}
 
 
-def start_server(config_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    root = Path(__file__).resolve().parent.parent
+def start_server(config_path: Path, env: dict[str, str], *,
+                 repo: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+    """``memory-core serve`` of ``repo`` (default: this checkout) on a free loopback port: the
+    process and its URL."""
+    root = repo or Path(__file__).resolve().parent.parent
     proc = subprocess.Popen([sys.executable, "-m", "memory_core", "serve", "--config", str(config_path),
                              "--port", "0"], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -75,7 +78,7 @@ def start_server(config_path: Path, env: dict[str, str]) -> tuple[subprocess.Pop
     match = re.search(r"listening on (ws://\S+)", line)
     if not match:
         proc.kill()
-        raise RuntimeError(f"memory-core serve did not start: {line!r} {proc.communicate(timeout=10)[1]}")
+        raise RuntimeError(f"memory-core serve from {root} did not start: {line!r} {proc.communicate(timeout=10)[1]}")
     return proc, match.group(1)
 
 
