@@ -282,10 +282,11 @@ class SearchEngine:
         return drive(self.search_steps(
             query, max_results=max_results, min_score=min_score, sources=sources, lexical_only=lexical_only,
             active_project_keys=active_project_keys, query_vector=query_vector, details=details,
-            candidates_for=candidates_for, on_embedding=on_embedding), self._pool)
+            candidates_for=candidates_for, on_embedding=on_embedding), self.worker_pool)
 
     @property
-    def _pool(self) -> Any:
+    def worker_pool(self) -> Any:
+        """The worker pool this engine's searches run on (None: in-process)."""
         return None if self.retriever is None else self.retriever.pool
 
     def search_steps(

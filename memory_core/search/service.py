@@ -132,9 +132,7 @@ class SearchService:
 
     def _search(self, query: str, before_search: Callable[[], dict[str, Any] | None],
                 answer_staleness: Callable[[Any, str, Any], Any], kwargs: dict[str, Any]) -> SearchResults:
-        engine = self.engine
-        return drive(self.search_steps(query, before_search, answer_staleness, kwargs),
-                     None if engine.retriever is None else engine.retriever.pool)
+        return drive(self.search_steps(query, before_search, answer_staleness, kwargs), self.engine.worker_pool)
 
     def search_steps(self, query: str, before_search: Callable[[], dict[str, Any] | None],
                      answer_staleness: Callable[[Any, str, Any], Any], kwargs: dict[str, Any]) -> Steps[SearchResults]:
