@@ -142,10 +142,10 @@ def test_a_server_keeps_at_most_the_cap_open_and_every_agent_answers_its_own_wor
         service.close()
 
 
-def indexed_and_stopped(tmp_path: Path) -> MemoryCoreConfig:
-    """Two agents; a server indexes a1 (which answers its word) and stops: a restart opens it over
-    its index."""
-    cfg = make_agents(tmp_path, 2)
+def indexed_and_stopped(tmp_path: Path, **extra) -> MemoryCoreConfig:
+    """Two agents (``extra``: more config); a server indexes a1 (which answers its word) and stops:
+    a restart opens it over its index."""
+    cfg = make_agents(tmp_path, 2, **extra)
     service = MemoryService(cfg)
     try:
         assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
@@ -292,17 +292,10 @@ def test_open_agents_are_bounded_by_the_open_files_limit():
     assert fd_bounded_cap(256, soft_limit=100) == 1
 
 
-def pooled_and_stopped(tmp_path: Path, **extra) -> MemoryCoreConfig:
+def pooled_and_stopped(tmp_path: Path) -> MemoryCoreConfig:
     """``indexed_and_stopped`` with a retrieval worker (``pool.workers`` 1): a server opening an agent
     reads its open-time facts in the worker (the ``agent_state`` task)."""
-    cfg = make_agents(tmp_path, 2, **extra)
-    cfg = cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"workers": 1})})
-    service = MemoryService(cfg)
-    try:
-        assert [h.path for h in service.core("a1").search("uw1")] == ["memory/a1-note.md"]
-    finally:
-        service.close()
-    return cfg
+    return indexed_and_stopped(tmp_path, pool={"workers": 1})
 
 
 def test_a_current_agent_opened_by_a_server_answers_without_an_owner_connection(tmp_path, monkeypatch):
