@@ -333,8 +333,12 @@ class Gateway(_Model):
     auth: Literal["token", "password", "none"] = "token"
     max_connections: int = Field(256, ge=1)  # more are closed at once with 1013 (try again later)
     idle_timeout_seconds: float = Field(600.0, gt=0)  # an authenticated connection with no request
-    # agents open at once in one server (index owners with their connections); least recently used closed
-    max_open_agents: int = Field(256, ge=1)
+    # agents open at once in one server (index owners: watch, scheduling state; about 20 KB each);
+    # least recently used closed
+    max_open_agents: int = Field(10_000, ge=1)
+    # of those, agents holding SQLite connections in the server (writer, identity reader: the fds);
+    # least recently used closed, lowered to fit the open-files limit
+    max_open_indexes: int = Field(256, ge=1)
 
 
 def _default_state_dir() -> str:

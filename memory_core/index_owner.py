@@ -26,6 +26,7 @@ from memory_core.config import MemoryCoreConfig
 from memory_core.errors import (ConfigError, IndexCorrupt, IndexNewer, IndexPaused, MemoryCoreError, ReferenceNotFound,
                                 reason_of)
 from memory_core.index_identity import IndexIdentity, OpenState, file_stamp
+from memory_core.open_agents import HELD
 from memory_core.indexer import IndexSummary, ProgressFn, record_last_sync, resolve_sessions_dir, run_sync
 from memory_core.session_keys import session_index_path
 from memory_core.store import schema
@@ -74,6 +75,22 @@ def probe_readonly(db_path: str) -> None:
         conn.close()
 
 
+def writer_options(cfg: MemoryCoreConfig) -> dict[str, Any]:
+    """The :class:`IndexWriter` options of an agent's config."""
+    return {
+        "fts_tokenizer": cfg.store.fts.tokenizer,
+        # the sqlite-vec table is one more float32 copy of every chunk vector: kept only for the
+        # backend that searches it (the others search the chunk vectors themselves)
+        "vector_enabled": (cfg.store.vector.enabled and cfg.provider != "none"
+                           and cfg.store.vector.backend == "sqlite-vec"),
+        "extension_path": cfg.store.vector.extension_path,
+        "cache_enabled": cfg.cache.enabled,
+        "cache_max_entries": cfg.cache.max_entries,
+        # a new file's page size: large for rows that carry a vector, small for text alone
+        "page_size": schema.PAGE_SIZE_KEYWORD if cfg.provider == "none" else schema.PAGE_SIZE_VECTORS,
+    }
+
+
 class IndexOwner(IndexIdentity):
     """The writer slot, the sync / reindex orchestration and ``forget`` of one index, with the identity
     checks of :class:`~memory_core.index_identity.IndexIdentity` (``MemoryCore`` delegates to it). ``on_replaced()`` runs when another process replaced
@@ -101,7 +118,7 @@ class IndexOwner(IndexIdentity):
         self._open_rows: OpenState | None = None
         # identity reads, never the writer's; point reads, so the file is not mapped (a map and unmap
         # per opened agent cost more than the few pages read)
-        self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False)
+        self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False, on_use=self._held)
         if check_workspace:
             self._check_workspace()
 
@@ -126,21 +143,6 @@ class IndexOwner(IndexIdentity):
             self._provider = create_embedding_provider(self.config)
         return self._provider
 
-    def _writer_options(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "fts_tokenizer": cfg.store.fts.tokenizer,
-            # the sqlite-vec table is one more float32 copy of every chunk vector: kept only for the
-            # backend that searches it (the others search the chunk vectors themselves)
-            "vector_enabled": (cfg.store.vector.enabled and cfg.provider != "none"
-                               and cfg.store.vector.backend == "sqlite-vec"),
-            "extension_path": cfg.store.vector.extension_path,
-            "cache_enabled": cfg.cache.enabled,
-            "cache_max_entries": cfg.cache.max_entries,
-            # a new file's page size: large for rows that carry a vector, small for text alone
-            "page_size": schema.PAGE_SIZE_KEYWORD if cfg.provider == "none" else schema.PAGE_SIZE_VECTORS,
-        }
-
     @property
     def closed(self) -> bool:
         return self._closed
@@ -155,12 +157,31 @@ class IndexOwner(IndexIdentity):
             self.check_open()
             if self._writer is None:
                 self._writer = self._open_writer()
+            self._held()
             return self._writer
+
+    def _held(self) -> None:
+        """This owner uses its connections now (the process's LRU of owners holding connections)."""
+        HELD.touch(self)
+
+    def release_connections(self) -> bool:
+        """Close the writer and the identity reader unless they are in use (a sync running, a read
+        in progress, another thread holding this owner): :class:`~memory_core.open_agents.HeldConnections`
+        past its cap. They reopen at the next sync or identity read."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._running is not None or not self.meta_reader.try_close():
+                return False
+            self.close_writer()
+            return True
+        finally:
+            self._lock.release()
 
     def _open_writer(self) -> IndexWriter:
         # any writer start removes what killed rebuilds left behind (their process is gone)
         sweep_dead_temp_files(self.db_path)
-        writer = IndexWriter(self.db_path, **self._writer_options())
+        writer = IndexWriter(self.db_path, **writer_options(self.config))
         writer.on_reopen = self._index_replaced
         return writer
 
@@ -181,6 +202,7 @@ class IndexOwner(IndexIdentity):
             self._writer = None
 
     def close(self) -> None:
+        HELD.forget(self)
         self.meta_reader.close()
         with self._lock:
             self.close_writer()
@@ -378,7 +400,7 @@ class IndexOwner(IndexIdentity):
             self._writer = self._open_writer()
 
         try:
-            summary = atomic_reindex(self.db_path, build, writer_options=self._writer_options(),
+            summary = atomic_reindex(self.db_path, build, writer_options=writer_options(self.config),
                                      before_swap=self.close_writer, after_swap=reopen)
         except BaseException as exc:
             if self._writer is not None:

@@ -1,10 +1,15 @@
 """The open agents of a server: at most ``gateway.maxOpenAgents`` index owners at a time, least
-recently used closed first.
+recently used closed first; and of those, at most ``gateway.maxOpenIndexes`` holding SQLite
+connections in the server's process (:class:`HeldConnections`).
 
-An open agent (a ``MemoryCore`` with its freshness subscription) holds SQLite connections, a file
-watch and derived state; a closed one costs only its config entry. A server of thousands of agents
-keeps the recently used ones open and closes the rest; the next request for a closed agent opens it
-again (its startup catch-up then finds what changed meanwhile, and the search syncs it first).
+An open agent (a ``MemoryCore`` with its freshness subscription) holds its file watch, its
+scheduling state and, once it synced or read its index itself, SQLite connections (its writer, its
+read-only identity reader: the fds); a closed one costs only its config entry. An open agent
+without connections costs about 20 KB and no fd, so a server keeps thousands open (searches of an
+open agent skip the open: its catch-up and watch), and the connections of the least recently used
+are closed past ``gateway.maxOpenIndexes`` (reopened at that agent's next sync or identity read).
+The next request for a closed agent opens it again (its startup catch-up then finds what changed
+meanwhile, and the search syncs it first).
 
 An agent is never closed under a request: one used within the last ``grace_s`` seconds or with a
 sync queued or running is skipped, and an evicted agent leaves the map at once (new requests open
@@ -25,9 +30,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_OPEN_AGENTS = 256
+DEFAULT_MAX_OPEN_AGENTS = 10_000
+DEFAULT_MAX_OPEN_INDEXES = 256
 DEFAULT_GRACE_S = 2.0
-FDS_PER_OPEN_AGENT = 8     # an open agent's SQLite files (index, -wal, -shm, per connection) and its watches
+FDS_PER_OPEN_INDEX = 8     # an agent's SQLite files in the server (index, -wal, -shm; writer and reader)
 FDS_RESERVED = 256         # sockets, worker pipes, the process's own files
 CLOSING_BACKLOG = 64       # evicted agents queued for the closer before evicting threads close them too
 CLOSE_DELAY_S = 1.0        # an evicted agent is closed this long after it left the map
@@ -52,8 +58,8 @@ def raise_fd_limit() -> tuple[int, int]:
 
 
 def fd_bounded_cap(cap: int, soft_limit: int | None = None) -> int:
-    """``cap`` lowered so that open agents cannot exhaust the open-files limit (``soft_limit``, by
-    default this process's)."""
+    """``cap`` lowered so that agents holding connections cannot exhaust the open-files limit
+    (``soft_limit``, by default this process's)."""
     if soft_limit is None:
         try:
             import resource
@@ -64,7 +70,54 @@ def fd_bounded_cap(cap: int, soft_limit: int | None = None) -> int:
             return cap
     if soft_limit < 0:
         return cap
-    return max(1, min(cap, (soft_limit - FDS_RESERVED) // FDS_PER_OPEN_AGENT))
+    return max(1, min(cap, (soft_limit - FDS_RESERVED) // FDS_PER_OPEN_INDEX))
+
+
+class HeldConnections:
+    """The index owners of this process that hold SQLite connections, at most ``cap``: an owner
+    that opens or uses one :meth:`touch` es itself; past the cap the least recently used ones that
+    nothing holds right now (no sync running, no read in progress: ``release_connections()``
+    answers False) close theirs, and reopen them when next needed."""
+
+    def __init__(self, cap: int = DEFAULT_MAX_OPEN_INDEXES) -> None:
+        self.cap = max(1, int(cap))
+        self._owners: OrderedDict[int, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.released = 0  # connections closed for the cap (stats)
+
+    def touch(self, owner: Any) -> None:
+        key = id(owner)
+        victims: list[Any] = []
+        with self._lock:
+            self._owners[key] = owner
+            self._owners.move_to_end(key)
+            while len(self._owners) > self.cap and len(victims) < 8:
+                _key, victim = self._owners.popitem(last=False)
+                if victim is owner:  # cap 1: the toucher is the only one
+                    self._owners[key] = owner
+                    break
+                victims.append(victim)
+        busy = []
+        for victim in victims:  # outside the lock: a release may wait for the owner's reader
+            if victim.release_connections():
+                self.released += 1
+            else:
+                busy.append(victim)
+        if busy:  # in use right now: the most recently used, in effect
+            with self._lock:
+                for victim in busy:
+                    self._owners.setdefault(id(victim), victim)
+
+    def forget(self, owner: Any) -> None:
+        with self._lock:
+            if self._owners.get(id(owner)) is owner:
+                del self._owners[id(owner)]
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+
+HELD = HeldConnections()  # the process's (a server sets its cap from gateway.maxOpenIndexes)
 
 
 class OpenAgents:

@@ -284,10 +284,10 @@ def test_a_config_of_thousands_of_agents_loads_and_still_refuses_a_bad_one(tmp_p
         3000, str(tmp_path / "a2999"), 300)
 
 
-def test_open_agents_are_bounded_by_the_open_files_limit():
-    from memory_core.open_agents import FDS_PER_OPEN_AGENT, FDS_RESERVED, fd_bounded_cap
+def test_agents_holding_connections_are_bounded_by_the_open_files_limit():
+    from memory_core.open_agents import FDS_PER_OPEN_INDEX, FDS_RESERVED, fd_bounded_cap
 
-    assert fd_bounded_cap(256, soft_limit=1024) == (1024 - FDS_RESERVED) // FDS_PER_OPEN_AGENT == 96
+    assert fd_bounded_cap(256, soft_limit=1024) == (1024 - FDS_RESERVED) // FDS_PER_OPEN_INDEX == 96
     assert fd_bounded_cap(256, soft_limit=20000) == 256
     assert fd_bounded_cap(256, soft_limit=100) == 1
 
@@ -378,3 +378,61 @@ def test_the_worker_read_meta_is_dropped_once_the_file_changes(tmp_path):
         assert core.reader.conn is not None
     finally:
         service.close()
+
+
+def _held(owner) -> bool:
+    return owner._writer is not None or owner.meta_reader.conn is not None
+
+
+def test_past_max_open_indexes_the_least_recently_used_agents_close_their_connections_not_one_in_use(
+        tmp_path, monkeypatch):
+    """Thousands of agents stay open (watched, cheap); only ``gateway.maxOpenIndexes`` of them hold
+    SQLite connections in the server. The least recently used give theirs up, never one whose
+    owner another thread holds, and reopen them when they next sync."""
+    import threading
+
+    held = open_agents.HeldConnections()
+    monkeypatch.setattr("memory_core.index_owner.HELD", held)
+    cfg = make_agents(tmp_path, 4, gateway={"maxOpenIndexes": 2})
+    service = MemoryService(cfg)
+    try:
+        held.cap = 2
+        owners = []
+        for i in range(3):
+            core = service.core(f"a{i}")
+            assert [h.path for h in core.search(f"uw{i}")] == [f"memory/a{i}-note.md"]
+            owners.append(core._owner)
+        # the first sync of each agent opened its writer: a0, least recently used, gave it up
+        assert [_held(o) for o in owners] == [False, True, True]
+        assert len(service.runtime.open_agents) == 3 and held.released == 1
+        busy = owners[1]
+        with busy._lock:  # another thread holds a1's owner: it keeps its connections
+            t = threading.Thread(target=lambda: service.core("a3").search("uw3"))
+            t.start()
+            t.join(60)
+        assert [_held(o) for o in owners] == [False, True, False]
+        # a0 edits and syncs again: its connections reopen (and the least recently used idle one goes)
+        (tmp_path / "a0" / "memory" / "later.md").write_text("written later: zebracorn\n")
+        owners[0].sync(reason="test")
+        assert _held(owners[0]) and [h.path for h in service.core("a0").search("zebracorn")] == ["memory/later.md"]
+        assert len(held) <= 3  # the cap, plus a1, held when it was the one to go
+    finally:
+        service.close()
+    assert len(held) == 0  # closed owners leave the LRU
+
+
+def test_health_checks_of_many_open_agents_are_paced():
+    from memory_core.freshness.policy import HEALTH, HEALTH_CHECKS_PER_S, HealthPace, SyncPolicy
+
+    pace = HealthPace()
+    policies = [SyncPolicy(debounce_s=1.0, health_s=30.0, pace=pace) for _ in range(2000)]
+    policies[0].start(0.0)
+    assert policies[0].due_at() == 30.0  # one agent: every health_s
+    for p in policies[1:]:
+        p.start(0.0)
+    assert pace.started == 2000
+    assert policies[-1].due_at() == 2000 / HEALTH_CHECKS_PER_S  # 100 s: 20 checks a second in all
+    assert policies[0].next_action(30.0) == HEALTH and policies[0].due_at() == 130.0
+    for p in policies[:1500]:
+        p.close()
+    assert pace.started == 500 and policies[-1].next_action(100.0) == HEALTH and policies[-1].due_at() == 130.0

@@ -167,7 +167,7 @@ class Freshness(TranscriptTracking, SearchSide):
         if self.watcher is not None:
             self.watcher.stop()
         with self._cond:
-            self._policy.closed = True
+            self._policy.close()
             queued, self._policy.queued = self._policy.queued, None
             self._cond.notify_all()
         self._runner.forget(self)

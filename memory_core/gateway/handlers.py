@@ -50,6 +50,7 @@ REQUEST_NOT_CURRENT = "Memory request authority is no longer active"
 REQUIRES_OPERATOR = "Memory provider reads require an authenticated operator connection"
 PROVIDER_UNAVAILABLE = "Memory provider unavailable"
 WARM_LOG_AGENTS = 20  # past this many agents, serve logs summaries instead of a line per agent
+WARM_AGENTS = 256  # agents serve opens before any request (the others open at their first request)
 OPEN_SYNC_WAIT_S = 10.0  # a request that opens a behind agent waits this long for its catch-up sync
 SKIPPED_EMBEDDING_PROBE = {"ok": False, "checked": False,
                            "error": "memory embedding readiness not checked; run `openclaw memory status --deep` to probe"}
@@ -100,11 +101,13 @@ class MemoryService:
 
     def warm(self, log: Callable[[str], None]) -> None:
         """Open configured agents now (index owner, file watch, startup catch-up sync), so an idle
-        server does not stay stale until its first request: all of them up to
-        ``gateway.maxOpenAgents``, the others at their first request. ``log`` gets one line per agent
+        server does not stay stale until its first request: the first :data:`WARM_AGENTS` (at most
+        ``gateway.maxOpenAgents``), the others at their first request. ``log`` gets one line per agent
         (a summary past :data:`WARM_LOG_AGENTS` agents), and another when the startup syncs are done.
         An agent that cannot be opened is logged and left to answer its requests with the error."""
-        cap = int(self.runtime.open_agents.cap)  # gateway.maxOpenAgents, lowered to fit the open-files limit
+        # gateway.maxOpenAgents, and at most WARM_AGENTS: past those the requests open their agents
+        # (a warm-up of thousands would compete with them, each agent's first search asked twice)
+        cap = min(int(self.runtime.open_agents.cap), WARM_AGENTS)
         ids = self.agents.ids[:cap]
         verbose = len(self.agents.ids) <= WARM_LOG_AGENTS
         opened = []
@@ -123,7 +126,8 @@ class MemoryService:
         if not verbose:
             rest = len(self.agents.ids) - len(ids)
             log(f"memory-core: {len(opened)} agents opened and watched" + (
-                f"; {rest} more open at their first request (at most {cap} open at once: gateway.maxOpenAgents)"
+                f"; {rest} more open at their first request (at most {self.runtime.open_agents.cap} open at once: "
+                "gateway.maxOpenAgents)"
                 if rest else ""))
         self._log_in_sync(opened, log, verbose)
 

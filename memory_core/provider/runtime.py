@@ -264,11 +264,14 @@ class MemoryCoreProviderRuntime:
         self.config = config
         self._core_factory = core_factory
         self._clock = clock
-        from memory_core.open_agents import OpenAgents, fd_bounded_cap
+        from memory_core.open_agents import HELD, OpenAgents, fd_bounded_cap
 
-        # open index owners, least recently used closed past gateway.maxOpenAgents (and before they
-        # could exhaust the open-files limit)
-        self._cores = OpenAgents(fd_bounded_cap(int(getattr(getattr(config, "gateway", None), "max_open_agents", 256))))
+        # open index owners, least recently used closed past gateway.maxOpenAgents; of those, the
+        # ones holding SQLite connections past gateway.maxOpenIndexes (lowered to fit the
+        # open-files limit) close them
+        gateway = config.gateway
+        self._cores = OpenAgents(int(gateway.max_open_agents))
+        HELD.cap = fd_bounded_cap(int(gateway.max_open_indexes))
         self._lock = threading.RLock()  # cores/engines are created from the loop and from worker threads
         self._agent_configs: OrderedDict[str, Any] = OrderedDict()  # agent_config's views, LRU
         self._views_lock = threading.Lock()

@@ -61,8 +61,10 @@ class CachedReader:
     and so does :meth:`close`.
     """
 
-    def __init__(self, db_path: str, *, load_vec: bool = True, mmap: bool = True) -> None:
+    def __init__(self, db_path: str, *, load_vec: bool = True, mmap: bool = True,
+                 on_use: Callable[[], None] | None = None) -> None:
         self.db_path = db_path
+        self.on_use = on_use  # called after each run() that had a connection (a connection LRU's touch)
         self.load_vec = load_vec
         self.mmap = mmap  # False: point reads (the owner's identity reads), no mapping of the file
         self.conn: apsw.Connection | None = None
@@ -105,6 +107,8 @@ class CachedReader:
                 conn = self.get()
                 if conn is None:
                     raise FileNotFoundError(f"memory index database not found: {self.db_path}; run `memory-core index`")
+                if self.on_use is not None:
+                    self.on_use()
                 try:
                     return fn(conn)
                 except TRANSIENT_ERRORS:
@@ -114,6 +118,16 @@ class CachedReader:
                 except Exception:
                     self.close()
                     raise
+
+    def try_close(self) -> bool:
+        """Close the connection unless a :meth:`run` is using it now (False: left open)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self.close()
+            return True
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         with self._lock:
