@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memory_core.config import MemoryCoreConfig, load_config
@@ -125,10 +125,9 @@ class MemoryCore:
     def _check_open(self) -> None:
         self._owner.check_open()
 
-    def take_open_rows(self) -> Any:
-        """The startup catch-up's rows read by a worker when this core was opened with ``prefetch``
-        (``IndexOwner.take_open_rows``), or None."""
-        return self._owner.take_open_rows()
+    def catch_up_rows(self, read: Callable[[], list]) -> tuple[list, list, list]:
+        """A reconcile's index rows (``IndexOwner.catch_up_rows``: kept while the file is unchanged)."""
+        return self._owner.catch_up_rows(read)
 
     def _index_replaced(self) -> None:
         """The writer found the file replaced by another process (its ``index --force``): what this

@@ -91,6 +91,9 @@ def writer_options(cfg: MemoryCoreConfig) -> dict[str, Any]:
     }
 
 
+CATCH_UP_ROWS_KEPT = 512  # an open agent keeps the rows of its last reconcile when it has at most this many
+
+
 class IndexOwner(IndexIdentity):
     """The writer slot, the sync / reindex orchestration and ``forget`` of one index, with the identity
     checks of :class:`~memory_core.index_identity.IndexIdentity` (``MemoryCore`` delegates to it). ``on_replaced()`` runs when another process replaced
@@ -235,13 +238,19 @@ class IndexOwner(IndexIdentity):
         return self._run_exclusive(reason=reason, force=force, paths=paths, progress=progress,
                                    rebuild_on_mismatch=False, repair=False)
 
-    def take_open_rows(self) -> OpenState | None:
-        """The catch-up rows a worker read when this owner was opened, once, and only while the
-        file is unchanged since (None: read them)."""
-        rows, self._open_rows = self._open_rows, None
-        if rows is None or file_stamp(self.db_path) != rows.stamp:
-            return None
-        return rows
+    def catch_up_rows(self, read: Callable[[], list]) -> tuple[list, list, list]:
+        """The rows a reconcile compares with the files (sources, tombstones, skipped files): those
+        read last (here, or by the worker that opened this owner) while the index file is unchanged
+        since (:func:`file_stamp`, which every commit changes), else ``read()``'s, kept when few.
+        An idle agent's reconciles (health checks, the re-check after a search) then stat the file
+        instead of opening a connection."""
+        kept, stamp = self._open_rows, file_stamp(self.db_path)
+        if kept is not None and kept.stamp == stamp:
+            return kept.sources, kept.forgotten, kept.skipped
+        sources, forgotten, skipped = read()
+        small = len(sources) + len(forgotten) + len(skipped) <= CATCH_UP_ROWS_KEPT
+        self._open_rows = OpenState(stamp, {}, sources, forgotten, skipped) if stamp and small else None
+        return sources, forgotten, skipped
 
     def _run_exclusive(self, **kw: Any) -> IndexSummary:
         self._meta_seen = self._open_rows = None  # this process writes now: read the index itself

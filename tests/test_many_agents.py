@@ -436,3 +436,40 @@ def test_health_checks_of_many_open_agents_are_paced():
     for p in policies[:1500]:
         p.close()
     assert pace.started == 500 and policies[-1].next_action(100.0) == HEALTH and policies[-1].due_at() == 130.0
+
+
+def test_an_idle_agents_reconcile_reads_its_index_rows_again_only_after_the_file_changed(tmp_path):
+    """The rows a reconcile compares with the files are kept while the index file is unchanged (a
+    stat instead of a connection per health check or re-check); any commit makes them read again."""
+    from memory_core.index_owner import CATCH_UP_ROWS_KEPT
+
+    cfg = make_agents(tmp_path, 1)
+    service = MemoryService(cfg)
+    try:
+        core = service.core("a0")
+        assert [h.path for h in core.search("uw0")] == ["memory/a0-note.md"]
+        owner = core._owner
+        reads = []
+
+        def read(rows=([["memory", "memory/a0-note.md", 1.0, 10]], [], [])):
+            reads.append(1)
+            return rows
+
+        first = owner.catch_up_rows(read)
+        assert owner.catch_up_rows(read) == first and len(reads) <= 1
+        before = len(reads)
+        (tmp_path / "a0" / "memory" / "later.md").write_text("written later: zebracorn\n")
+        core.sync(reason="test")  # a commit: the file's stamp changes
+        owner.catch_up_rows(read)
+        assert len(reads) == before + 1
+        owner.catch_up_rows(read)
+        assert len(reads) == before + 1
+        many = ([["memory", f"memory/n{i}.md", 1.0, 1] for i in range(CATCH_UP_ROWS_KEPT + 1)], [], [])
+        owner._open_rows = None
+        owner.catch_up_rows(lambda: (reads.append(1), many)[1])
+        owner.catch_up_rows(lambda: (reads.append(1), many)[1])
+        assert len(reads) == before + 3  # too many to keep: read each time
+        # the real reconcile agrees with the files either way: nothing is dirty
+        assert core.freshness.reconcile() == []
+    finally:
+        service.close()

@@ -40,14 +40,10 @@ def freshness_for_core(cls: Any, core: Any, settings: Any = None) -> Any:
 
     def index_state_fn() -> tuple[dict, list[str], dict]:
         """(indexed, forgotten, skipped) through one read-only connection (a reconcile's three reads),
-        or, for the startup catch-up of an agent a server opened, what a worker read just before
-        (``MemoryCore.take_open_rows``: the file unchanged since)."""
-        opened = core.take_open_rows()
-        if opened is not None:
-            sources, forgotten, skipped = opened.sources, opened.forgotten, opened.skipped
-        else:
-            with index_errors(core.db_path):
-                sources, forgotten, skipped = _read_index_rows(core, "all")
+        or those read before while the file is unchanged since (``MemoryCore.catch_up_rows``; for
+        the startup catch-up of an agent a server opened, what a worker read just before)."""
+        with index_errors(core.db_path):
+            sources, forgotten, skipped = core.catch_up_rows(lambda: _read_index_rows(core, "all"))
         return ({_abs_for(rel, src, workspace, sessions_dir): (mtime, size) for src, rel, mtime, size in sources},
                 [_abs_for(rel, src, workspace, sessions_dir) for src, rel in forgotten],
                 {_abs_for(rel, src, workspace, sessions_dir): (mtime, size) for src, rel, mtime, size in skipped})
