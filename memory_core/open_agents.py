@@ -98,7 +98,7 @@ class HeldConnections:
                     break
                 victims.append(victim)
         busy = []
-        for victim in victims:  # outside the lock: a release may wait for the owner's reader
+        for victim in victims:  # outside the lock: closing a writer checkpoints its log (file I/O)
             if victim.release_connections():
                 self.released += 1
             else:
