@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from memory_core.errors import ConfigError
+from memory_core.paths import real_path
 from memory_core.validation import DEFAULT_MAX_QUERY_CHARS, DEFAULT_MAX_QUERY_TERMS
 
 DEFAULT_STATE_DIR = "~/.memory-core"
@@ -545,8 +546,8 @@ class MemoryCoreConfig(_Model):
             path = os.path.abspath(os.path.join(os.path.expanduser(self.state_dir), f"{agent}.sqlite"))
             key = "stateDir (MEMORY_CORE_HOME)"
         if self.workspace:
-            mem_dir = os.path.realpath(os.path.join(os.path.expanduser(self.workspace), "memory"))
-            real = os.path.realpath(path)
+            mem_dir = real_path(os.path.join(os.path.expanduser(self.workspace), "memory"))
+            real = real_path(path)
             if real == mem_dir or real.startswith(mem_dir + os.sep):
                 raise ConfigError(
                     f"{key}: the index database {path} would be inside the workspace's memory/ folder "

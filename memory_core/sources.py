@@ -37,6 +37,7 @@ from host_facades.chunking.transcripts import (
     is_usage_counted_transcript_name,
 )
 from memory_core.errors import SourceReadError, WorkspaceError
+from memory_core.paths import real_path
 
 __all__ = [
     "IGNORED_DIRS",
@@ -331,7 +332,7 @@ def _enumerate_memory(workspace: str, extra_paths: Sequence[Any]) -> _Listing:
         try:
             real = real_dirs.get(folder)
             if real is None:
-                real = real_dirs[folder] = os.path.realpath(folder)
+                real = real_dirs[folder] = real_path(folder)
             key = os.path.join(real, name)
         except OSError:
             key = path

@@ -6,6 +6,7 @@ the real shared watcher and freshness threads; the time-based LRU parts run on a
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -298,13 +299,23 @@ def pooled_and_stopped(tmp_path: Path) -> MemoryCoreConfig:
     return indexed_and_stopped(tmp_path, pool={"workers": 1})
 
 
-def test_a_current_agent_opened_by_a_server_answers_without_an_owner_connection(tmp_path, monkeypatch):
+@pytest.mark.parametrize("log_left", [True, False])
+def test_a_current_agent_opened_by_a_server_answers_without_an_owner_connection(tmp_path, monkeypatch, log_left):
     """A restart over a current index: the workspace, identity and catch-up reads come from the
     worker, in the one task that also answers the request's search (kept until every check passed),
-    so the server's process opens no connection of its own to the file."""
+    so the server's process opens no connection of its own to the file. ``log_left`` False: the
+    index was closed cleanly (no ``-wal``; the worker's open creates an empty one, no change)."""
     from workers.pool import WorkerPool
 
     cfg = pooled_and_stopped(tmp_path)
+    if not log_left:  # a restarted server: new workers (none has the file open)
+        from workers.shared import close_all
+
+        close_all()
+        db = cfg.for_agent("a1").db_path("a1")
+        assert os.path.getsize(db + "-wal") == 0  # no frame: removing it is what a clean close does
+        for suffix in ("-wal", "-shm"):
+            os.remove(db + suffix)
     tasks: list[str] = []
     real_run = WorkerPool.run
 
@@ -473,3 +484,15 @@ def test_an_idle_agents_reconcile_reads_its_index_rows_again_only_after_the_file
         assert core.freshness.reconcile() == []
     finally:
         service.close()
+
+
+def test_an_index_log_created_empty_is_no_change_of_the_file():
+    from memory_core.search.service import unchanged_stamp
+
+    closed = (1, 2, 4096, 10, -1, -1)  # no -wal: the index was closed cleanly
+    assert unchanged_stamp(closed, closed) == closed
+    assert unchanged_stamp(closed, (1, 2, 4096, 10, 0, 11)) == (1, 2, 4096, 10, 0, 11)  # opened: empty log
+    assert unchanged_stamp(closed, (1, 2, 4096, 10, 32, 11)) is None  # frames written
+    assert unchanged_stamp(closed, (1, 2, 8192, 12, 0, 11)) is None  # the file written
+    assert unchanged_stamp((1, 2, 4096, 10, 0, 11), (1, 2, 4096, 10, 0, 12)) is None
+    assert unchanged_stamp(closed, None) is None

@@ -96,7 +96,10 @@ class SearchService:
             state = retriever.pool.run("agent_state", payload, timeout_s=retriever.timeout_s)
         except Exception:  # noqa: BLE001 - the owner's own reads report what is wrong with the file
             return None
-        if state is None or state["db_id"] != f"{stamp[0]}:{stamp[1]}" or file_stamp(self.db_path) != stamp:
+        if state is None or state["db_id"] != f"{stamp[0]}:{stamp[1]}":
+            return None
+        stamp = unchanged_stamp(stamp, file_stamp(self.db_path))
+        if stamp is None:
             return None
         if req is not None and state.get("search") is not None:
             retriever.stash(req, lambda: file_stamp(self.db_path) == stamp, tuple(state["search"]))
@@ -155,3 +158,21 @@ class SearchService:
                     details.timings_ms = account({"freshness": freshness, **timings},
                                                  timings.get("total", 0.0) + freshness)
             return result
+
+
+def unchanged_stamp(before: Any, after: Any) -> Any:
+    """``after`` when the index file's content is the same as under ``before`` (two
+    :func:`~memory_core.index_identity.file_stamp` values), else None.
+
+    The same stamp, or the same file with a write-ahead log created empty in between: opening a
+    database in WAL mode creates its ``-wal`` (0 bytes: no frame) when there was none, which the
+    worker's read does to every index closed cleanly (the last connection removes the log), so
+    every agent of a restarted server. Without this the worker's read was thrown away for all of
+    them and the owner read it all again on its own connection (and the first search ran a second
+    worker task). ``after`` is returned for the comparisons that follow."""
+    if after == before:
+        return after
+    if (before is not None and after is not None and after[:4] == before[:4]
+            and before[4:] == (-1, -1) and after[4] == 0):
+        return after
+    return None

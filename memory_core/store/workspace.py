@@ -7,16 +7,16 @@ workspace unless asked to re-point it (``memory-core index --workspace NEW --rep
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from memory_core.errors import WorkspaceMismatch
+from memory_core.paths import real_path
 
 WORKSPACE_KEY = "memory_index_workspace_v1"
 
 
 def workspace_realpath(workspace: str) -> str:
-    return os.path.realpath(workspace)
+    return real_path(workspace)
 
 
 def record_workspace(writer: Any, workspace: str) -> None:
