@@ -290,9 +290,13 @@ class GatewayServer:
             # At most MAX_IN_FLIGHT requests run per connection; further frames wait in the socket
             # (back-pressure on the client) instead of piling up as tasks.
             slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+            connection_open = lambda: ws.close_code is None  # noqa: E731 - one per connection, not per request
             while True:
                 try:
-                    message = await asyncio.wait_for(ws.recv(), self.idle_timeout_s)
+                    # asyncio.timeout, not wait_for: wait_for wraps recv() in a task of its own, two
+                    # more loop callbacks and a future per request; recv() is safe to cancel either way
+                    async with asyncio.timeout(self.idle_timeout_s):
+                        message = await ws.recv()
                 except TimeoutError:
                     if tasks:
                         continue  # a request still running is not idleness
@@ -300,8 +304,7 @@ class GatewayServer:
                         f"idle timeout: no request for {self.idle_timeout_s:g} s (gateway.idleTimeoutSeconds)"))
                     return
                 await slots.acquire()
-                task = self._dispatch_frame(ws, session, message, tasks, scopes)
-                task.add_done_callback(lambda _t: slots.release())
+                self._dispatch_frame(ws, session, message, tasks, scopes, slots.release, connection_open)
         except ConnectionClosed:
             pass
         finally:
@@ -370,52 +373,65 @@ class GatewayServer:
         message: str | bytes,
         tasks: set[asyncio.Task[None]],
         scopes: set[RequestScope],
+        release: Callable[[], None],
+        connection_open: Callable[[], bool],
     ) -> asyncio.Task[None]:
+        """Start the task that answers ``message``; ``release()`` (its in-flight slot) runs when it ends."""
         try:
             request = p.parse_request(message)
         except p.FrameError as err:
             text = err.message if err.message.startswith("invalid request frame") else f"invalid request frame: {err.message}"
             frame = p.response_error(err.req_id or "invalid", p.invalid_request(text))
-            return self._spawn(tasks, self._send(ws, frame))
-        scope = RequestScope(session=session, connection_open=lambda: ws.close_code is None)
+            bad = asyncio.create_task(self._send(ws, frame))
+            tasks.add(bad)
+            bad.add_done_callback(lambda t: (tasks.discard(t), release()))
+            return bad
+        scope = RequestScope(session=session, connection_open=connection_open)
         scopes.add(scope)
-        task = self._spawn(tasks, self._run(ws, request, scope))
-        task.add_done_callback(lambda _t: scopes.discard(scope))
-        return task
 
-    def _spawn(self, tasks: set[asyncio.Task[None]], coro: Any) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro)
+        def done() -> None:
+            tasks.discard(task)
+            scopes.discard(scope)
+            release()
+
+        task = asyncio.create_task(self._run(ws, request, scope, done))
         tasks.add(task)
-        task.add_done_callback(tasks.discard)
         return task
 
-    async def _run(self, ws: ServerConnection, request: p.Request, scope: RequestScope) -> None:
+    async def _run(self, ws: ServerConnection, request: p.Request, scope: RequestScope,
+                   done: Callable[[], None]) -> None:
+        """Answer one request, then ``done()``: called here, last, rather than as the task's done
+        callback, which would cost every request one more turn of the event loop. (A task cancelled
+        before it started never calls it: only the connection's end cancels, and it drops them all.)"""
         try:
-            if request.method == "connect":
-                raise p.invalid_request(p.CONNECT_ONLY_FIRST)
-            if request.method in p.METHOD_SCOPES:
-                p.check_method_scope(scope.session, request.method)
-            payload = await self.methods.call(request.method, request.params, scope)
-            frame = p.response_ok(request.id, payload)
             try:
-                text = p.encode(frame)
-            except ValueError as exc:  # a NaN score must not reach JSON.parse in the client
-                raise p.unavailable(f"memory response could not be encoded: {exc}") from exc
-        except p.GatewayError as err:
-            if err.code == p.UNAVAILABLE:  # the client's copy has no host paths; the log keeps them
-                log.warning("request %s %s failed: %s", request.method, request.id, err.message)
-            text = p.encode(p.response_error(request.id, err))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one failed request never takes the connection down
-            log.exception("request %s %s failed", request.method, request.id)
-            text = p.encode(p.response_error(request.id, p.unavailable(error_message(exc))))
+                if request.method == "connect":
+                    raise p.invalid_request(p.CONNECT_ONLY_FIRST)
+                if request.method in p.METHOD_SCOPES:
+                    p.check_method_scope(scope.session, request.method)
+                payload = await self.methods.call(request.method, request.params, scope)
+                frame = p.response_ok(request.id, payload)
+                try:
+                    text = p.encode(frame)
+                except ValueError as exc:  # a NaN score must not reach JSON.parse in the client
+                    raise p.unavailable(f"memory response could not be encoded: {exc}") from exc
+            except p.GatewayError as err:
+                if err.code == p.UNAVAILABLE:  # the client's copy has no host paths; the log keeps them
+                    log.warning("request %s %s failed: %s", request.method, request.id, err.message)
+                text = p.encode(p.response_error(request.id, err))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one failed request never takes the connection down
+                log.exception("request %s %s failed", request.method, request.id)
+                text = p.encode(p.response_error(request.id, p.unavailable(error_message(exc))))
+            finally:
+                scope.open = False
+            try:
+                await ws.send(text)
+            except ConnectionClosed:
+                pass
         finally:
-            scope.open = False
-        try:
-            await ws.send(text)
-        except ConnectionClosed:
-            pass
+            done()
 
 
 def _address(ws: ServerConnection) -> str:
