@@ -273,6 +273,7 @@ class GatewayServer:
         tasks: set[asyncio.Task[None]] = set()
         scopes: set[RequestScope] = set()
         tick: asyncio.Task[None] | None = None
+        idle_timer: asyncio.TimerHandle | None = None
         try:
             if self.connections > self.max_connections:
                 await ws.close(p.CLOSE_TRY_AGAIN_LATER, p.truncate_close_reason(
@@ -291,23 +292,34 @@ class GatewayServer:
             # (back-pressure on the client) instead of piling up as tasks.
             slots = asyncio.Semaphore(MAX_IN_FLIGHT)
             connection_open = lambda: ws.close_code is None  # noqa: E731 - one per connection, not per request
+            # The idle timeout is one timer per connection that looks at the time of the last request
+            # when it fires (and sets itself again for the rest), not a timeout around every recv():
+            # asyncio.wait_for or asyncio.timeout would cost each request a timer of its own.
+            loop = asyncio.get_running_loop()
+            last_request = loop.time()
+            closing: list[asyncio.Task[None]] = []
+
+            def idle_check() -> None:
+                nonlocal idle_timer
+                now = loop.time()
+                if now < last_request + self.idle_timeout_s:
+                    idle_timer = loop.call_at(last_request + self.idle_timeout_s, idle_check)
+                elif tasks:  # a request still running is not idleness: wait another whole period
+                    idle_timer = loop.call_at(now + self.idle_timeout_s, idle_check)
+                else:  # recv() below then ends with ConnectionClosed
+                    closing.append(asyncio.create_task(self._close_idle(ws)))
+
+            idle_timer = loop.call_at(last_request + self.idle_timeout_s, idle_check)
             while True:
-                try:
-                    # asyncio.timeout, not wait_for: wait_for wraps recv() in a task of its own, two
-                    # more loop callbacks and a future per request; recv() is safe to cancel either way
-                    async with asyncio.timeout(self.idle_timeout_s):
-                        message = await ws.recv()
-                except TimeoutError:
-                    if tasks:
-                        continue  # a request still running is not idleness
-                    await ws.close(p.CLOSE_NORMAL, p.truncate_close_reason(
-                        f"idle timeout: no request for {self.idle_timeout_s:g} s (gateway.idleTimeoutSeconds)"))
-                    return
+                message = await ws.recv()
+                last_request = loop.time()
                 await slots.acquire()
                 self._dispatch_frame(ws, session, message, tasks, scopes, slots.release, connection_open)
         except ConnectionClosed:
             pass
         finally:
+            if idle_timer is not None:
+                idle_timer.cancel()
             self.connections -= 1
             if tick is not None:
                 tick.cancel()
@@ -315,6 +327,13 @@ class GatewayServer:
                 scope.signal.abort("connection closed")
             for task in list(tasks):
                 task.cancel()
+
+    async def _close_idle(self, ws: ServerConnection) -> None:
+        try:
+            await ws.close(p.CLOSE_NORMAL, p.truncate_close_reason(
+                f"idle timeout: no request for {self.idle_timeout_s:g} s (gateway.idleTimeoutSeconds)"))
+        except ConnectionClosed:
+            pass
 
     def _lockout_reason(self, address: str) -> str:
         wait = math.ceil(self.throttle.locked(address))
