@@ -30,12 +30,18 @@ class GatewayCallError(Exception):
 
 
 class GatewayClient:
+    """One connection. Responses are read by a caller waiting for its own: a call that finds no
+    reader reads frames itself (handing each to the call it answers) until its answer is in, then
+    leaves the reading to a task while other calls still wait. A lone call is so answered as its
+    frame arrives, not one loop turn later through a reader task."""
+
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
         self.hello: dict[str, Any] = {}
         self.challenge: dict[str, Any] = {}
         self._seq = itertools.count(1)
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._reading = False  # a call or ``_reader`` reads the connection now
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
@@ -72,7 +78,6 @@ class GatewayClient:
         except BaseException:
             await ws.close()
             raise
-        client._reader = asyncio.create_task(client._read())
         return client
 
     def _next_id(self) -> str:
@@ -86,22 +91,37 @@ class GatewayClient:
             if frame.get("type") == "res" and frame.get("id") == req_id:
                 return frame
 
-    async def _read(self) -> None:
+    async def _read(self, until: asyncio.Future[dict[str, Any]] | None) -> None:
+        """Read frames and answer the waiting calls until ``until`` is done (None: until no call
+        waits); then, if calls still wait, leave the reading to a task. A closed connection (or a
+        frame that is not JSON) fails every waiting call."""
+        self._reading = True
         try:
-            async for message in self.ws:
-                frame = json.loads(message)
+            while not until.done() if until is not None else self._pending:
+                frame = json.loads(await self.ws.recv())
                 if frame.get("type") != "res":
                     continue
                 future = self._pending.pop(frame.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(frame)
-        except ConnectionClosed:
-            pass
+        except (ConnectionClosed, ValueError):
+            self._fail_pending()
+            return
         finally:
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(ConnectionError("gateway connection closed"))
-            self._pending.clear()
+            self._reading = False
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Calls still wait and nobody reads: a task reads for them."""
+        if self._pending and not self._reading:
+            self._reading = True  # now, so that no call starts reading before the task does
+            self._reader = asyncio.create_task(self._read(None))
+
+    def _fail_pending(self) -> None:
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionError("gateway connection closed"))
+        self._pending.clear()
 
     async def call_frame(self, method: str, params: Any = None) -> dict[str, Any]:
         """Send one request and return its whole ``res`` frame."""
@@ -109,6 +129,14 @@ class GatewayClient:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = future
         await self.ws.send(json.dumps({"type": "req", "id": req_id, "method": method, "params": params}))
+        if not self._reading:
+            try:
+                await self._read(future)
+            except BaseException:  # cancelled while reading: the calls still waiting get a reader
+                if self._pending.pop(req_id, None) is not None:
+                    future.cancel()  # as a call cancelled while awaiting its future
+                self._hand_over()
+                raise
         return await future
 
     async def call(self, method: str, params: Any = None) -> Any:
@@ -120,8 +148,10 @@ class GatewayClient:
 
     async def close(self) -> None:
         await self.ws.close()
-        if self._reader is not None:
-            await self._reader
+        reader = self._reader
+        if reader is not None and not reader.done():
+            await reader
+        self._fail_pending()
 
     async def __aenter__(self) -> GatewayClient:
         return self

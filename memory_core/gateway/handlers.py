@@ -260,14 +260,11 @@ class MemoryMethods:
             hits = core.search(request.query, max_results=request.max_results, min_score=request.min_score)
             return hits, hits.staleness
 
-        async def search_on_loop() -> tuple[list[Any], dict[str, Any] | None]:
-            hits = await core.search_async(request.query, max_results=request.max_results,
-                                           min_score=request.min_score)
-            return hits, hits.staleness
-
         try:
             if core is not None and core.searches_on_loop():
-                hits, staleness = await search_on_loop()
+                hits = await core.search_async(request.query, max_results=request.max_results,
+                                               min_score=request.min_score)
+                staleness = hits.staleness
             else:
                 hits, staleness = await asyncio.to_thread(search)
         except _OpenFailed as failed:

@@ -121,9 +121,14 @@ def response_error(req_id: str, error: GatewayError) -> dict[str, Any]:
     return {"type": "res", "id": req_id, "ok": False, "error": error.shape()}
 
 
+# allow_nan=False: JSON.parse in the client rejects NaN/Infinity, so they must never go out. One
+# encoder for every frame: ``json.dumps`` with these options would build a new one per call (its
+# ``encode`` keeps no state between calls, so sharing it is safe).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode(frame: dict[str, Any]) -> str:
-    # allow_nan=False: JSON.parse in the client rejects NaN/Infinity, so they must never go out.
-    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(frame)
 
 
 def truncate_close_reason(reason: str, limit: int = 120) -> str:
@@ -155,6 +160,10 @@ def _reject_constant(token: str) -> float:
     raise ValueError(f"{token} is not valid JSON")
 
 
+# one decoder for every frame (``json.loads`` with a hook builds a new one, and its scanner, per call)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def parse_request(text: str | bytes) -> Request:
     """Parse one text frame as ``{"type":"req","id":string,"method":string,"params"?:any}``."""
     if isinstance(text, bytes):
@@ -163,7 +172,9 @@ def parse_request(text: str | bytes) -> Request:
         except UnicodeDecodeError as exc:
             raise FrameError("frame is not UTF-8 JSON text", is_json=False) from exc
     try:
-        frame = json.loads(text, parse_constant=_reject_constant)
+        if text.startswith("\ufeff"):  # what json.loads says of it (the reused decoder would not)
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        frame = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise FrameError(f"frame is not valid JSON: {exc}", is_json=False) from exc
     if not isinstance(frame, dict):

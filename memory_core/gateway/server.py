@@ -273,6 +273,7 @@ class GatewayServer:
         tasks: set[asyncio.Task[None]] = set()
         scopes: set[RequestScope] = set()
         tick: asyncio.Task[None] | None = None
+        idle_timer: asyncio.TimerHandle | None = None
         try:
             if self.connections > self.max_connections:
                 await ws.close(p.CLOSE_TRY_AGAIN_LATER, p.truncate_close_reason(
@@ -290,21 +291,35 @@ class GatewayServer:
             # At most MAX_IN_FLIGHT requests run per connection; further frames wait in the socket
             # (back-pressure on the client) instead of piling up as tasks.
             slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+            connection_open = lambda: ws.close_code is None  # noqa: E731 - one per connection, not per request
+            # The idle timeout is one timer per connection that looks at the time of the last request
+            # when it fires (and sets itself again for the rest), not a timeout around every recv():
+            # asyncio.wait_for or asyncio.timeout would cost each request a timer of its own.
+            loop = asyncio.get_running_loop()
+            last_request = loop.time()
+            closing: list[asyncio.Task[None]] = []
+
+            def idle_check() -> None:
+                nonlocal idle_timer
+                now = loop.time()
+                if now < last_request + self.idle_timeout_s:
+                    idle_timer = loop.call_at(last_request + self.idle_timeout_s, idle_check)
+                elif tasks:  # a request still running is not idleness: wait another whole period
+                    idle_timer = loop.call_at(now + self.idle_timeout_s, idle_check)
+                else:  # recv() below then ends with ConnectionClosed
+                    closing.append(asyncio.create_task(self._close_idle(ws)))
+
+            idle_timer = loop.call_at(last_request + self.idle_timeout_s, idle_check)
             while True:
-                try:
-                    message = await asyncio.wait_for(ws.recv(), self.idle_timeout_s)
-                except TimeoutError:
-                    if tasks:
-                        continue  # a request still running is not idleness
-                    await ws.close(p.CLOSE_NORMAL, p.truncate_close_reason(
-                        f"idle timeout: no request for {self.idle_timeout_s:g} s (gateway.idleTimeoutSeconds)"))
-                    return
+                message = await ws.recv()
+                last_request = loop.time()
                 await slots.acquire()
-                task = self._dispatch_frame(ws, session, message, tasks, scopes)
-                task.add_done_callback(lambda _t: slots.release())
+                self._dispatch_frame(ws, session, message, tasks, scopes, slots.release, connection_open)
         except ConnectionClosed:
             pass
         finally:
+            if idle_timer is not None:
+                idle_timer.cancel()
             self.connections -= 1
             if tick is not None:
                 tick.cancel()
@@ -312,6 +327,13 @@ class GatewayServer:
                 scope.signal.abort("connection closed")
             for task in list(tasks):
                 task.cancel()
+
+    async def _close_idle(self, ws: ServerConnection) -> None:
+        try:
+            await ws.close(p.CLOSE_NORMAL, p.truncate_close_reason(
+                f"idle timeout: no request for {self.idle_timeout_s:g} s (gateway.idleTimeoutSeconds)"))
+        except ConnectionClosed:
+            pass
 
     def _lockout_reason(self, address: str) -> str:
         wait = math.ceil(self.throttle.locked(address))
@@ -370,52 +392,65 @@ class GatewayServer:
         message: str | bytes,
         tasks: set[asyncio.Task[None]],
         scopes: set[RequestScope],
+        release: Callable[[], None],
+        connection_open: Callable[[], bool],
     ) -> asyncio.Task[None]:
+        """Start the task that answers ``message``; ``release()`` (its in-flight slot) runs when it ends."""
         try:
             request = p.parse_request(message)
         except p.FrameError as err:
             text = err.message if err.message.startswith("invalid request frame") else f"invalid request frame: {err.message}"
             frame = p.response_error(err.req_id or "invalid", p.invalid_request(text))
-            return self._spawn(tasks, self._send(ws, frame))
-        scope = RequestScope(session=session, connection_open=lambda: ws.close_code is None)
+            bad = asyncio.create_task(self._send(ws, frame))
+            tasks.add(bad)
+            bad.add_done_callback(lambda t: (tasks.discard(t), release()))
+            return bad
+        scope = RequestScope(session=session, connection_open=connection_open)
         scopes.add(scope)
-        task = self._spawn(tasks, self._run(ws, request, scope))
-        task.add_done_callback(lambda _t: scopes.discard(scope))
-        return task
 
-    def _spawn(self, tasks: set[asyncio.Task[None]], coro: Any) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro)
+        def done() -> None:
+            tasks.discard(task)
+            scopes.discard(scope)
+            release()
+
+        task = asyncio.create_task(self._run(ws, request, scope, done))
         tasks.add(task)
-        task.add_done_callback(tasks.discard)
         return task
 
-    async def _run(self, ws: ServerConnection, request: p.Request, scope: RequestScope) -> None:
+    async def _run(self, ws: ServerConnection, request: p.Request, scope: RequestScope,
+                   done: Callable[[], None]) -> None:
+        """Answer one request, then ``done()``: called here, last, rather than as the task's done
+        callback, which would cost every request one more turn of the event loop. (A task cancelled
+        before it started never calls it: only the connection's end cancels, and it drops them all.)"""
         try:
-            if request.method == "connect":
-                raise p.invalid_request(p.CONNECT_ONLY_FIRST)
-            if request.method in p.METHOD_SCOPES:
-                p.check_method_scope(scope.session, request.method)
-            payload = await self.methods.call(request.method, request.params, scope)
-            frame = p.response_ok(request.id, payload)
             try:
-                text = p.encode(frame)
-            except ValueError as exc:  # a NaN score must not reach JSON.parse in the client
-                raise p.unavailable(f"memory response could not be encoded: {exc}") from exc
-        except p.GatewayError as err:
-            if err.code == p.UNAVAILABLE:  # the client's copy has no host paths; the log keeps them
-                log.warning("request %s %s failed: %s", request.method, request.id, err.message)
-            text = p.encode(p.response_error(request.id, err))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one failed request never takes the connection down
-            log.exception("request %s %s failed", request.method, request.id)
-            text = p.encode(p.response_error(request.id, p.unavailable(error_message(exc))))
+                if request.method == "connect":
+                    raise p.invalid_request(p.CONNECT_ONLY_FIRST)
+                if request.method in p.METHOD_SCOPES:
+                    p.check_method_scope(scope.session, request.method)
+                payload = await self.methods.call(request.method, request.params, scope)
+                frame = p.response_ok(request.id, payload)
+                try:
+                    text = p.encode(frame)
+                except ValueError as exc:  # a NaN score must not reach JSON.parse in the client
+                    raise p.unavailable(f"memory response could not be encoded: {exc}") from exc
+            except p.GatewayError as err:
+                if err.code == p.UNAVAILABLE:  # the client's copy has no host paths; the log keeps them
+                    log.warning("request %s %s failed: %s", request.method, request.id, err.message)
+                text = p.encode(p.response_error(request.id, err))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one failed request never takes the connection down
+                log.exception("request %s %s failed", request.method, request.id)
+                text = p.encode(p.response_error(request.id, p.unavailable(error_message(exc))))
+            finally:
+                scope.open = False
+            try:
+                await ws.send(text)
+            except ConnectionClosed:
+                pass
         finally:
-            scope.open = False
-        try:
-            await ws.send(text)
-        except ConnectionClosed:
-            pass
+            done()
 
 
 def _address(ws: ServerConnection) -> str:
