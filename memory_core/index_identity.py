@@ -119,16 +119,19 @@ class IndexIdentity:
     def read_meta_value(self, key: str) -> str | None:
         """One ``memory_index_meta`` value through the owner's read-only connection (never the
         writer's: a read must not race the writer's reopen after a swap); None when absent. A value
-        :meth:`seed_meta` gave is answered while the file's stamp is unchanged (no open, no read).
+        :meth:`seed_meta` gave or a read here found is answered while the file's stamp is unchanged
+        (no open, no read: a server of thousands of agents holds few connections, and every search
+        asks).
 
         The stamp's mtimes have the kernel's clock granularity: another process's write of the
         meta within the same tick as the seeding read is not seen until the next write; the
         owner's own writes drop the seeded values (``IndexOwner._run_exclusive``)."""
         seen = self._meta_seen
+        stamp = file_stamp(self.db_path)
+        if seen is not None and seen[0] != stamp:
+            seen = self._meta_seen = None
         if seen is not None and key in seen[1]:
-            if file_stamp(self.db_path) == seen[0]:
-                return seen[1][key]
-            self._meta_seen = None
+            return seen[1][key]
 
         def read(conn: apsw.Connection) -> str | None:
             try:
@@ -138,9 +141,12 @@ class IndexIdentity:
             return None if row is None else str(row[0])
 
         try:
-            return self.meta_reader.run(read)
+            value = self.meta_reader.run(read)
         except FileNotFoundError:
             return None
+        if stamp is not None:  # kept like a seeded value (stamp taken before the read: a write since changes it)
+            self._meta_seen = (stamp, {**(seen[1] if seen is not None else {}), key: value})
+        return value
 
     def identity_state(self) -> dict[str, Any]:
         """``{"state": "empty"|"ok"|"mismatch", "mismatch": [keys]}`` for the stored index meta; a

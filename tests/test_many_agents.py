@@ -496,3 +496,26 @@ def test_an_index_log_created_empty_is_no_change_of_the_file():
     assert unchanged_stamp(closed, (1, 2, 8192, 12, 0, 11)) is None  # the file written
     assert unchanged_stamp((1, 2, 4096, 10, 0, 11), (1, 2, 4096, 10, 0, 12)) is None
     assert unchanged_stamp(closed, None) is None
+
+
+def test_an_agents_index_settings_are_read_once_per_change_of_its_file(tmp_path):
+    """Every search checks the index settings: they are read through a connection once after each
+    change of the file, not per search (a server of thousands of agents holds few connections)."""
+    cfg = make_agents(tmp_path, 1)
+    service = MemoryService(cfg)
+    try:
+        core = service.core("a0")
+        assert [h.path for h in core.search("uw0")] == ["memory/a0-note.md"]
+        owner = core._owner
+        reads = []
+        run = owner.meta_reader.run
+        owner.meta_reader.run = lambda fn: (reads.append(1), run(fn))[1]
+        owner.identity_state()
+        before = len(reads)
+        assert owner.identity_state()["state"] == "ok" and core.search("uw0") and len(reads) == before
+        (tmp_path / "a0" / "memory" / "later.md").write_text("written later: zebracorn\n")
+        core.sync(reason="test")  # a commit: read again, once
+        assert owner.identity_state()["state"] == "ok" and len(reads) == before + 1
+        assert [h.path for h in core.search("zebracorn")] == ["memory/later.md"] and len(reads) == before + 1
+    finally:
+        service.close()
