@@ -91,7 +91,15 @@ def writer_options(cfg: MemoryCoreConfig) -> dict[str, Any]:
     }
 
 
+RELEASE_CHECKPOINT_BYTES = 1 << 20  # a writer closed for the connection cap checkpoints a larger log only
 CATCH_UP_ROWS_KEPT = 512  # an open agent keeps the rows of its last reconcile when it has at most this many
+
+
+def _log_bytes(db_path: str) -> int:
+    try:
+        return os.path.getsize(db_path + "-wal")
+    except OSError:
+        return 0
 
 
 class IndexOwner(IndexIdentity):
@@ -168,15 +176,16 @@ class IndexOwner(IndexIdentity):
         HELD.touch(self)
 
     def release_connections(self) -> bool:
-        """Close the writer and the identity reader unless they are in use (a sync running, a read
-        in progress, another thread holding this owner): :class:`~memory_core.open_agents.HeldConnections`
-        past its cap. They reopen at the next sync or identity read."""
+        """Close the writer and the identity reader unless in use (a sync running, a read, another
+        thread holding this owner): ``HeldConnections`` past its cap. They reopen when needed."""
         if not self._lock.acquire(blocking=False):
             return False
         try:
             if self._running is not None or not self.meta_reader.try_close():
                 return False
-            self.close_writer()
+            if self._writer is not None:  # a small log stays: a checkpoint changes the stamp (values kept under it)
+                self._writer.close(checkpoint=_log_bytes(self.db_path) > RELEASE_CHECKPOINT_BYTES)
+                self._writer = None
             return True
         finally:
             self._lock.release()

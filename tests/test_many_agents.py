@@ -408,13 +408,18 @@ def test_past_max_open_indexes_the_least_recently_used_agents_close_their_connec
     service = MemoryService(cfg)
     try:
         held.cap = 2
-        owners = []
+        from memory_core.index_identity import file_stamp
+
+        owners, stamps = [], []
         for i in range(3):
             core = service.core(f"a{i}")
             assert [h.path for h in core.search(f"uw{i}")] == [f"memory/a{i}-note.md"]
             owners.append(core._owner)
-        # the first sync of each agent opened its writer: a0, least recently used, gave it up
+            stamps.append(file_stamp(core.db_path))
+        # the first sync of each agent opened its writer: a0, least recently used, gave it up, and
+        # left its file as it was (no checkpoint: what a0 keeps under the file's stamp stays valid)
         assert [_held(o) for o in owners] == [False, True, True]
+        assert file_stamp(owners[0].db_path) == stamps[0]
         assert len(service.runtime.open_agents) == 3 and held.released == 1
         busy = owners[1]
         with busy._lock:  # another thread holds a1's owner: it keeps its connections

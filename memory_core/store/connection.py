@@ -218,11 +218,16 @@ class WriterConnection:
 
     @serialized_method
     def close(self, *, checkpoint: bool = True) -> None:
+        """Close the connection; ``checkpoint`` False leaves the file and its log exactly as they are
+        (no checkpoint, here or by SQLite's close): an idle agent's writer closed for the connection
+        cap, whose next sync reopens it, changes nothing another reader would have to re-read."""
         if self.conn is None:
             return
         try:
             if checkpoint and self._file_identity() == self._inode:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            elif not checkpoint:
+                self.conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
         except apsw.Error:
             pass
         finally:
