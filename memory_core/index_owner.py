@@ -95,6 +95,34 @@ RELEASE_CHECKPOINT_BYTES = 1 << 20  # a writer closed for the connection cap che
 CATCH_UP_ROWS_KEPT = 512  # an open agent keeps the rows of its last reconcile when it has at most this many
 
 
+def state_after_sync(writer: IndexWriter | None, db_path: str) -> OpenState | None:
+    """What the identity reads and the next reconcile need after a sync of this process, read
+    through its writer's connection while the file's :func:`file_stamp` is the one taken first
+    (else, or when the file on disk is not the writer's, None: they read it themselves). A server of
+    thousands of agents then opens no reader per agent after every sync."""
+    from memory_core.freshness.binding import _rows
+    from memory_core.store.workspace import WORKSPACE_KEY
+
+    stamp = file_stamp(db_path)
+    if writer is None or writer.conn is None or stamp is None or writer._inode != stamp[:2]:
+        return None
+    keys = (WORKSPACE_KEY, schema.META_KEY)
+
+    def read() -> OpenState:
+        conn = writer.connection()
+        meta: dict[str, str | None] = dict.fromkeys(keys)
+        meta.update((k, None if v is None else str(v)) for k, v in conn.execute(
+            "SELECT key, value FROM memory_index_meta WHERE key IN (?, ?)", keys))
+        return OpenState(stamp, meta, _rows(conn, "sources"), _rows(conn, "forgotten"), _rows(conn, "skipped"))
+
+    try:
+        state = writer.serialized(read)
+    except apsw.Error:
+        return None
+    small = len(state.sources) + len(state.forgotten) + len(state.skipped) <= CATCH_UP_ROWS_KEPT
+    return state if small and file_stamp(db_path) == stamp else None
+
+
 def _log_bytes(db_path: str) -> int:
     try:
         return os.path.getsize(db_path + "-wal")
@@ -129,7 +157,8 @@ class IndexOwner(IndexIdentity):
         self._open_rows: OpenState | None = None
         # identity reads, never the writer's; point reads, so the file is not mapped (a map and unmap
         # per opened agent cost more than the few pages read)
-        self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False, on_use=self._held)
+        # the process's LRU of owners holding connections is told of every use
+        self.meta_reader = CachedReader(self.db_path, load_vec=False, mmap=False, on_use=lambda: HELD.touch(self))
         if check_workspace:
             self._check_workspace()
 
@@ -168,12 +197,8 @@ class IndexOwner(IndexIdentity):
             self.check_open()
             if self._writer is None:
                 self._writer = self._open_writer()
-            self._held()
+            HELD.touch(self)
             return self._writer
-
-    def _held(self) -> None:
-        """This owner uses its connections now (the process's LRU of owners holding connections)."""
-        HELD.touch(self)
 
     def release_connections(self) -> bool:
         """Close the writer and the identity reader unless in use (a sync running, a read, another
@@ -282,9 +307,13 @@ class IndexOwner(IndexIdentity):
             fut.set_result(result)
             return result
         finally:
-            self._meta_seen = None
+            self._meta_seen = self._open_rows = None
             with self._lock:
                 self._running = None
+                after = state_after_sync(self._writer, self.db_path)  # the sync's writer is idle now
+            if after is not None:
+                self.seed_meta(after.stamp, after.meta)
+                self._open_rows = after
 
     def _do_sync(self, *, reason: str, force: bool, paths: Sequence[str] | None,
                  progress: ProgressFn | None, rebuild_on_mismatch: bool, repair: bool) -> IndexSummary:

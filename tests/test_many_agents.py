@@ -475,7 +475,13 @@ def test_an_idle_agents_reconcile_reads_its_index_rows_again_only_after_the_file
         assert owner.catch_up_rows(read) == first and len(reads) <= 1
         before = len(reads)
         (tmp_path / "a0" / "memory" / "later.md").write_text("written later: zebracorn\n")
-        core.sync(reason="test")  # a commit: the file's stamp changes
+        core.sync(reason="test")  # this process's sync leaves the rows it wrote (read through its writer)
+        assert "memory/later.md" in [r[1] for r in owner.catch_up_rows(read)[0]] and len(reads) == before
+        import apsw
+
+        other = apsw.Connection(core.db_path)  # another process's commit: the file's stamp changes
+        other.execute("CREATE TABLE IF NOT EXISTS elsewhere (x)")
+        other.close()
         owner.catch_up_rows(read)
         assert len(reads) == before + 1
         owner.catch_up_rows(read)
@@ -519,7 +525,14 @@ def test_an_agents_index_settings_are_read_once_per_change_of_its_file(tmp_path)
         before = len(reads)
         assert owner.identity_state()["state"] == "ok" and core.search("uw0") and len(reads) == before
         (tmp_path / "a0" / "memory" / "later.md").write_text("written later: zebracorn\n")
-        core.sync(reason="test")  # a commit: read again, once
+        core.sync(reason="test")  # this process's sync leaves the settings it wrote (read through its writer)
+        assert owner.identity_state()["state"] == "ok" and len(reads) == before
+        assert [h.path for h in core.search("zebracorn")] == ["memory/later.md"] and len(reads) == before
+        import apsw
+
+        other = apsw.Connection(core.db_path)  # another process's commit: read again, once
+        other.execute("CREATE TABLE IF NOT EXISTS elsewhere (x)")
+        other.close()
         assert owner.identity_state()["state"] == "ok" and len(reads) == before + 1
         assert [h.path for h in core.search("zebracorn")] == ["memory/later.md"] and len(reads) == before + 1
     finally:
