@@ -8,21 +8,11 @@ import asyncio
 
 import pytest
 
-from memory_core.config import load_config
 from memory_core.gateway import protocol as p
 from memory_core.gateway.client import GatewayClient
-from memory_core.gateway.handlers import MemoryService
 from memory_core.gateway.server import GatewayServer
-from tests.gateway_fixtures import TOKEN, make_workspace
-
-
-@pytest.fixture
-def service(tmp_path):
-    cfg = load_config(None, env={"MEMORY_CORE_HOME": str(tmp_path / "state")},
-                      overrides={"workspace": str(make_workspace(tmp_path))})
-    svc = MemoryService(cfg)
-    yield svc
-    svc.close()
+from tests.gateway_fixtures import TOKEN
+from tests.test_gateway_limits import service  # noqa: F401 - the fixture: a service over a small workspace
 
 
 def test_client_concurrency_and_cancel(service):

@@ -6,6 +6,7 @@ the real shared watcher and freshness threads; the time-based LRU parts run on a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -454,16 +455,24 @@ def test_health_checks_of_many_open_agents_are_paced():
     assert pace.started == 500 and policies[-1].next_action(100.0) == HEALTH and policies[-1].due_at() == 130.0
 
 
+@contextlib.contextmanager
+def one_agent_searched(tmp_path: Path):
+    """A server's agent a0, opened and searched (its first index built)."""
+    service = MemoryService(make_agents(tmp_path, 1))
+    try:
+        core = service.core("a0")
+        assert [h.path for h in core.search("uw0")] == ["memory/a0-note.md"]
+        yield core
+    finally:
+        service.close()
+
+
 def test_an_idle_agents_reconcile_reads_its_index_rows_again_only_after_the_file_changed(tmp_path):
     """The rows a reconcile compares with the files are kept while the index file is unchanged (a
     stat instead of a connection per health check or re-check); any commit makes them read again."""
     from memory_core.index_owner import CATCH_UP_ROWS_KEPT
 
-    cfg = make_agents(tmp_path, 1)
-    service = MemoryService(cfg)
-    try:
-        core = service.core("a0")
-        assert [h.path for h in core.search("uw0")] == ["memory/a0-note.md"]
+    with one_agent_searched(tmp_path) as core:
         owner = core._owner
         reads = []
 
@@ -493,8 +502,6 @@ def test_an_idle_agents_reconcile_reads_its_index_rows_again_only_after_the_file
         assert len(reads) == before + 3  # too many to keep: read each time
         # the real reconcile agrees with the files either way: nothing is dirty
         assert core.freshness.reconcile() == []
-    finally:
-        service.close()
 
 
 def test_an_index_log_created_empty_is_no_change_of_the_file():
@@ -512,11 +519,7 @@ def test_an_index_log_created_empty_is_no_change_of_the_file():
 def test_an_agents_index_settings_are_read_once_per_change_of_its_file(tmp_path):
     """Every search checks the index settings: they are read through a connection once after each
     change of the file, not per search (a server of thousands of agents holds few connections)."""
-    cfg = make_agents(tmp_path, 1)
-    service = MemoryService(cfg)
-    try:
-        core = service.core("a0")
-        assert [h.path for h in core.search("uw0")] == ["memory/a0-note.md"]
+    with one_agent_searched(tmp_path) as core:
         owner = core._owner
         reads = []
         run = owner.meta_reader.run
@@ -535,5 +538,3 @@ def test_an_agents_index_settings_are_read_once_per_change_of_its_file(tmp_path)
         other.close()
         assert owner.identity_state()["state"] == "ok" and len(reads) == before + 1
         assert [h.path for h in core.search("zebracorn")] == ["memory/later.md"] and len(reads) == before + 1
-    finally:
-        service.close()
