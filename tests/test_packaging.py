@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tomllib
@@ -64,6 +65,11 @@ def test_bench_cli_runs_from_a_wheel_installed_in_a_fresh_venv_outside_the_check
     # (as CI does), which pip would otherwise take as already satisfied
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
+    # where this interpreter is itself a venv (the README's command run in one), "system" is the
+    # base interpreter's, without the dependencies: this one's site-packages go after the venv's own
+    inner = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    Path(inner, "outer-site-packages.pth").write_text("\n".join(site.getsitepackages()) + "\n", encoding="utf-8")
     r = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "-q",
                         str(wheel)],
                        capture_output=True, text=True, timeout=300, check=False)
