@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from memory_core.errors import ConfigError
+from memory_core.open_agents import DEFAULT_MAX_OPEN_AGENTS, DEFAULT_MAX_OPEN_INDEXES
 from memory_core.paths import real_path
 from memory_core.validation import DEFAULT_MAX_QUERY_CHARS, DEFAULT_MAX_QUERY_TERMS
 
@@ -336,10 +337,10 @@ class Gateway(_Model):
     idle_timeout_seconds: float = Field(600.0, gt=0)  # an authenticated connection with no request
     # agents open at once in one server (index owners: watch, scheduling state; about 20 KB each);
     # least recently used closed
-    max_open_agents: int = Field(10_000, ge=1)
+    max_open_agents: int = Field(DEFAULT_MAX_OPEN_AGENTS, ge=1)
     # of those, agents holding SQLite connections in the server (writer, identity reader: the fds);
     # least recently used closed, lowered to fit the open-files limit
-    max_open_indexes: int = Field(256, ge=1)
+    max_open_indexes: int = Field(DEFAULT_MAX_OPEN_INDEXES, ge=1)
 
 
 def _default_state_dir() -> str:

@@ -36,17 +36,26 @@ def file_stamp(db_path: str) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, *log)
 
 
+OPEN_META_KEYS = (WORKSPACE_KEY, schema.META_KEY)  # the meta an owner's open checks (workspace, identity)
+CATCH_UP_ROWS_KEPT = 512  # an open agent keeps the rows of its last reconcile when it has at most this many
+
+
 @dataclass(frozen=True)
 class OpenState:
     """What a worker read for an owner being opened (the ``agent_state`` task, ``workers/tasks.py``)
     while the index file's :func:`file_stamp` was ``stamp``: meta values and the rows of the startup
-    catch-up (``(source, path, mtime, size)`` sources and skipped files, ``(source, path)`` tombstones)."""
+    catch-up (``(source, path, mtime, size)`` sources and skipped files, ``(source, path)`` tombstones).
+    The owner keeps one too, for its next reconcile, when :meth:`few`."""
 
     stamp: tuple[int, ...]
     meta: dict[str, str | None]
     sources: list[tuple]
     forgotten: list[tuple]
     skipped: list[tuple]
+
+    def few(self) -> bool:
+        """Few enough rows to keep in memory while the agent is open (:data:`CATCH_UP_ROWS_KEPT`)."""
+        return len(self.sources) + len(self.forgotten) + len(self.skipped) <= CATCH_UP_ROWS_KEPT
 
 
 class IndexIdentity:

@@ -25,7 +25,7 @@ import apsw
 from memory_core.config import MemoryCoreConfig
 from memory_core.errors import (ConfigError, IndexCorrupt, IndexNewer, IndexPaused, MemoryCoreError, ReferenceNotFound,
                                 reason_of)
-from memory_core.index_identity import IndexIdentity, OpenState, file_stamp
+from memory_core.index_identity import OPEN_META_KEYS, IndexIdentity, OpenState, file_stamp
 from memory_core.open_agents import HELD
 from memory_core.indexer import IndexSummary, ProgressFn, record_last_sync, resolve_sessions_dir, run_sync
 from memory_core.session_keys import session_index_path
@@ -92,7 +92,6 @@ def writer_options(cfg: MemoryCoreConfig) -> dict[str, Any]:
 
 
 RELEASE_CHECKPOINT_BYTES = 1 << 20  # a writer closed for the connection cap checkpoints a larger log only
-CATCH_UP_ROWS_KEPT = 512  # an open agent keeps the rows of its last reconcile when it has at most this many
 
 
 def state_after_sync(writer: IndexWriter | None, db_path: str) -> OpenState | None:
@@ -100,27 +99,22 @@ def state_after_sync(writer: IndexWriter | None, db_path: str) -> OpenState | No
     through its writer's connection while the file's :func:`file_stamp` is the one taken first
     (else, or when the file on disk is not the writer's, None: they read it themselves). A server of
     thousands of agents then opens no reader per agent after every sync."""
-    from memory_core.freshness.binding import _rows
-    from memory_core.store.workspace import WORKSPACE_KEY
+    from host_facades.db.sqlite_read import index_rows, meta_values
 
     stamp = file_stamp(db_path)
-    if writer is None or writer.conn is None or stamp is None or writer._inode != stamp[:2]:
+    if writer is None or writer.conn is None or stamp is None or writer.replaced():
         return None
-    keys = (WORKSPACE_KEY, schema.META_KEY)
 
     def read() -> OpenState:
         conn = writer.connection()
-        meta: dict[str, str | None] = dict.fromkeys(keys)
-        meta.update((k, None if v is None else str(v)) for k, v in conn.execute(
-            "SELECT key, value FROM memory_index_meta WHERE key IN (?, ?)", keys))
-        return OpenState(stamp, meta, _rows(conn, "sources"), _rows(conn, "forgotten"), _rows(conn, "skipped"))
+        return OpenState(stamp, meta_values(conn, OPEN_META_KEYS), index_rows(conn, "sources"),
+                         index_rows(conn, "forgotten"), index_rows(conn, "skipped"))
 
     try:
         state = writer.serialized(read)
     except apsw.Error:
         return None
-    small = len(state.sources) + len(state.forgotten) + len(state.skipped) <= CATCH_UP_ROWS_KEPT
-    return state if small and file_stamp(db_path) == stamp else None
+    return state if state.few() and file_stamp(db_path) == stamp else None
 
 
 def _log_bytes(db_path: str) -> int:
@@ -282,8 +276,8 @@ class IndexOwner(IndexIdentity):
         if kept is not None and kept.stamp == stamp:
             return kept.sources, kept.forgotten, kept.skipped
         sources, forgotten, skipped = read()
-        small = len(sources) + len(forgotten) + len(skipped) <= CATCH_UP_ROWS_KEPT
-        self._open_rows = OpenState(stamp, {}, sources, forgotten, skipped) if stamp and small else None
+        read_now = OpenState(stamp, {}, sources, forgotten, skipped)
+        self._open_rows = read_now if stamp and read_now.few() else None
         return sources, forgotten, skipped
 
     def _run_exclusive(self, **kw: Any) -> IndexSummary:

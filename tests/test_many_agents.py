@@ -470,7 +470,7 @@ def one_agent_searched(tmp_path: Path):
 def test_an_idle_agents_reconcile_reads_its_index_rows_again_only_after_the_file_changed(tmp_path):
     """The rows a reconcile compares with the files are kept while the index file is unchanged (a
     stat instead of a connection per health check or re-check); any commit makes them read again."""
-    from memory_core.index_owner import CATCH_UP_ROWS_KEPT
+    from memory_core.index_identity import CATCH_UP_ROWS_KEPT
 
     with one_agent_searched(tmp_path) as core:
         owner = core._owner

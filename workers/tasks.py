@@ -177,11 +177,6 @@ def index_state(payload: dict, ctx: WorkerContext) -> dict:
 
 
 
-_STATE_ROWS = (("sources", "SELECT source, path, mtime, size FROM memory_index_sources"),
-               ("forgotten", "SELECT source, path FROM memory_index_forgotten"),
-               ("skipped", "SELECT source, path, mtime, size FROM memory_index_skipped"))
-
-
 @task("agent_state")
 def agent_state(payload: dict, ctx: WorkerContext) -> dict | None:
     """What the owner reads when it opens an agent, read here so that the owner opens no connection
@@ -193,8 +188,7 @@ def agent_state(payload: dict, ctx: WorkerContext) -> dict | None:
     :class:`~host_facades.search.edge.SearchRequest`'s wire form), also ``search``: the ``search``
     task's answer ``(db_id, revision, reply)`` to it on the same snapshot, which the owner uses only
     once what it read here let it answer (``PooledRetriever.stash``)."""
-    import apsw
-
+    from host_facades.db.sqlite_read import CATCH_UP_TABLES, index_rows, meta_values
     from host_facades.search.run import run_search
 
     keys = [str(k) for k in payload.get("keys", ())]
@@ -203,18 +197,9 @@ def agent_state(payload: dict, ctx: WorkerContext) -> dict | None:
         raise TaskError("InvalidRequest", "invalid_request", "agent_state searches keyword-only requests only")
 
     def reads(conn, db_id: str, revision: int) -> dict:
-        out: dict[str, Any] = {"db_id": db_id, "revision": revision, "meta": dict.fromkeys(keys)}
-        try:
-            for key, value in conn.execute(
-                    f"SELECT key, value FROM memory_index_meta WHERE key IN ({','.join('?' * len(keys))})", keys):
-                out["meta"][key] = None if value is None else str(value)
-        except apsw.SQLError:
-            pass  # schema not created yet: no meta
-        for name, sql in _STATE_ROWS:
-            try:
-                out[name] = [list(row) for row in conn.execute(sql)]
-            except apsw.SQLError:
-                out[name] = []
+        out: dict[str, Any] = {"db_id": db_id, "revision": revision, "meta": meta_values(conn, keys)}
+        for name in CATCH_UP_TABLES:
+            out[name] = [list(row) for row in index_rows(conn, name)]
         if req is not None:
             out["search"] = (db_id, revision, run_search(conn, req, revision=revision, db_id=db_id).wire())
         return out

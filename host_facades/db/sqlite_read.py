@@ -194,6 +194,33 @@ def read_snapshot(conn: apsw.Connection) -> Iterator[int]:
         conn.execute("COMMIT")
 
 
+# The rows an owner's catch-up compares with the files: indexed sources and skipped files
+# ``(source, path, mtime, size)``, tombstones ``(source, path)``.
+CATCH_UP_TABLES = {"sources": "SELECT source, path, mtime, size FROM memory_index_sources",
+                   "forgotten": "SELECT source, path FROM memory_index_forgotten",
+                   "skipped": "SELECT source, path, mtime, size FROM memory_index_skipped"}
+
+
+def index_rows(conn: apsw.Connection, what: str) -> list[tuple]:
+    """The rows of :data:`CATCH_UP_TABLES` ``what``; none when the schema has no such table yet."""
+    try:
+        return list(conn.execute(CATCH_UP_TABLES[what]))
+    except apsw.SQLError:
+        return []
+
+
+def meta_values(conn: apsw.Connection, keys: list[str] | tuple[str, ...]) -> dict[str, str | None]:
+    """The ``memory_index_meta`` values of ``keys`` (None: absent, or no meta table yet)."""
+    out: dict[str, str | None] = dict.fromkeys(keys)
+    try:
+        for key, value in conn.execute(
+                f"SELECT key, value FROM memory_index_meta WHERE key IN ({','.join('?' * len(keys))})", list(keys)):
+            out[key] = None if value is None else str(value)
+    except apsw.SQLError:
+        pass  # schema not created yet
+    return out
+
+
 def db_identity(db_path: str) -> str:
     """The physical identity ``"dev:inode"`` of the database file (changes when a reindex swaps it)."""
     st = os.stat(db_path)

@@ -110,27 +110,17 @@ def _read_index_rows(core: Any, what: str) -> list:
     ``"all"`` the three lists, through the owner's read-only connection (``core.reader``: kept open
     with the agent, reopened after a file swap): never the writer's."""
 
+    from host_facades.db.sqlite_read import index_rows
+
     def read(conn: Any) -> list:
         if what == "all":
-            return [_rows(conn, "sources"), _rows(conn, "forgotten"), _rows(conn, "skipped")]
-        return _rows(conn, what)
+            return [index_rows(conn, "sources"), index_rows(conn, "forgotten"), index_rows(conn, "skipped")]
+        return index_rows(conn, what)
 
     try:
         return core.reader.run(read)
     except FileNotFoundError:  # never indexed
         return [[], [], []] if what == "all" else []
-
-
-def _rows(conn: Any, what: str) -> list[tuple]:
-    import apsw
-
-    sql = {"sources": "SELECT source, path, mtime, size FROM memory_index_sources",
-           "skipped": "SELECT source, path, mtime, size FROM memory_index_skipped",
-           "forgotten": "SELECT source, path FROM memory_index_forgotten"}[what]
-    try:
-        return list(conn.execute(sql))
-    except apsw.SQLError:
-        return []  # schema not created yet
 
 
 def _core_sessions_dir(core: Any) -> str | None:

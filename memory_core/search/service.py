@@ -78,15 +78,13 @@ class SearchService:
         keyword-only one is answered by the same task on the same snapshot and kept for that search
         (``PooledRetriever.stash``), which uses it only if the file is still unchanged when every
         check before it (workspace, identity, catch-up) has passed: one task per opened agent."""
-        from memory_core.index_identity import OpenState, file_stamp
-        from memory_core.store.workspace import WORKSPACE_KEY
-        from memory_core.store import schema
+        from memory_core.index_identity import OPEN_META_KEYS, OpenState, file_stamp
 
         retriever = self.retriever
         stamp = file_stamp(self.db_path)
         if retriever is None or stamp is None:
             return None
-        payload: dict[str, Any] = {"db_path": self.db_path, "keys": [WORKSPACE_KEY, schema.META_KEY]}
+        payload: dict[str, Any] = {"db_path": self.db_path, "keys": list(OPEN_META_KEYS)}
         req = None
         if first_search is not None and self.config.provider == "none":  # the engine loads no model then
             req = self.engine.speculative_request(*first_search)
