@@ -92,6 +92,11 @@ def writer_options(cfg: MemoryCoreConfig) -> dict[str, Any]:
 
 
 RELEASE_CHECKPOINT_BYTES = 1 << 20  # a writer closed for the connection cap checkpoints a larger log only
+# A sync that leaves more than this in the write-ahead log folds it into the file (IndexWriter.fold_log):
+# each first open of the file rebuilds its log index by reading the whole log (0.2 ms per 400 KB),
+# which a restarted server of thousands of agents, and a worker's reader of an agent it has no
+# connection to, pays per agent; 10,000 idle agents would also keep GBs of log on disk.
+FOLD_LOG_BYTES = 64 * 1024
 
 
 def state_after_sync(writer: IndexWriter | None, db_path: str) -> OpenState | None:
@@ -302,6 +307,10 @@ class IndexOwner(IndexIdentity):
             return result
         finally:
             self._meta_seen = self._open_rows = None
+            writer = self._writer
+            if writer is not None:
+                with contextlib.suppress(apsw.Error):
+                    writer.fold_log(FOLD_LOG_BYTES)
             with self._lock:
                 self._running = None
                 after = state_after_sync(self._writer, self.db_path)  # the sync's writer is idle now

@@ -538,3 +538,32 @@ def test_an_agents_index_settings_are_read_once_per_change_of_its_file(tmp_path)
         other.close()
         assert owner.identity_state()["state"] == "ok" and len(reads) == before + 1
         assert [h.path for h in core.search("zebracorn")] == ["memory/later.md"] and len(reads) == before + 1
+
+
+def test_a_sync_folds_its_log_into_the_file_once_no_reader_is_on_an_older_snapshot(tmp_path, monkeypatch):
+    """A sync that leaves frames in the write-ahead log copies them into the file and empties the
+    log (``FOLD_LOG_BYTES``): the next first open of the file (a worker's reader, a restarted
+    server) has no log to read, and thousands of idle agents keep no log on disk. A reader still on
+    an older snapshot keeps its snapshot; the log is folded by a later sync."""
+    import apsw
+
+    from memory_core import index_owner
+
+    monkeypatch.setattr(index_owner, "FOLD_LOG_BYTES", 0)
+    with one_agent_searched(tmp_path) as core:
+        log = core.db_path + "-wal"
+        assert os.path.getsize(log) == 0
+        reader = apsw.Connection(core.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        reader.execute("BEGIN")
+        before = reader.execute("SELECT count(*) FROM memory_index_sources").fetchone()[0]
+        (tmp_path / "a0" / "memory" / "later.md").write_text("written later: zebracorn\n")
+        core.sync(reason="test")
+        assert os.path.getsize(log) > 0  # the reader's snapshot still needs the file as it was
+        assert reader.execute("SELECT count(*) FROM memory_index_sources").fetchone()[0] == before
+        reader.execute("COMMIT")
+        reader.close()
+        (tmp_path / "a0" / "memory" / "later2.md").write_text("written later still: quokkalith\n")
+        core.sync(reason="test")
+        assert os.path.getsize(log) == 0
+        assert [h.path for h in core.search("zebracorn")] == ["memory/later.md"]
+        assert [h.path for h in core.search("quokkalith")] == ["memory/later2.md"]

@@ -217,6 +217,29 @@ class WriterConnection:
         return self.reopens != before
 
     @serialized_method
+    def fold_log(self, min_bytes: int) -> bool:
+        """Copy the write-ahead log into the file and empty it (a TRUNCATE checkpoint) when it holds
+        more than ``min_bytes``, without waiting: a reader still on an older snapshot makes it stop
+        (the next call finishes it). Every later first open of the file (a worker's, a restarted
+        server's) then reads no log to rebuild its index, and an agent left idle keeps no log on
+        disk. True when the log is empty now."""
+        if self.conn is None or self._file_identity() != self._inode:
+            return False
+        try:
+            if os.path.getsize(self.db_path + "-wal") <= min_bytes:
+                return False
+        except OSError:
+            return False
+        self.conn.set_busy_timeout(0)
+        try:
+            busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return not busy
+        except apsw.BusyError:
+            return False
+        finally:
+            self.conn.set_busy_timeout(schema.WRITER_BUSY_TIMEOUT_MS)
+
+    @serialized_method
     def close(self, *, checkpoint: bool = True) -> None:
         """Close the connection; ``checkpoint`` False leaves the file and its log exactly as they are
         (no checkpoint, here or by SQLite's close): an idle agent's writer closed for the connection

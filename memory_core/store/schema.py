@@ -195,7 +195,10 @@ END;
 WAL_CHECKPOINT_BYTES = 4_096_000
 
 
-def configure_connection(conn: apsw.Connection, *, busy_timeout_ms: int = 5000) -> None:
+WRITER_BUSY_TIMEOUT_MS = 5000
+
+
+def configure_connection(conn: apsw.Connection, *, busy_timeout_ms: int = WRITER_BUSY_TIMEOUT_MS) -> None:
     """Pragmas every writer connection uses: WAL (checkpointed by bytes), foreign keys, busy timeout."""
     conn.set_busy_timeout(busy_timeout_ms)
     conn.execute("PRAGMA journal_mode=WAL")
