@@ -567,3 +567,24 @@ def test_a_sync_folds_its_log_into_the_file_once_no_reader_is_on_an_older_snapsh
         assert os.path.getsize(log) == 0
         assert [h.path for h in core.search("zebracorn")] == ["memory/later.md"]
         assert [h.path for h in core.search("quokkalith")] == ["memory/later2.md"]
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform (the hint is skipped)")
+def test_opening_a_small_index_reads_it_ahead_whole_and_a_large_one_not(tmp_path, monkeypatch):
+    """A worker's open of a random agent's index (one of thousands, out of memory since it was last
+    used) asks the kernel for the whole small file at once instead of SQLite's page-by-page reads."""
+    from host_facades.db import sqlite_read
+
+    with one_agent_searched(tmp_path) as core:
+        db = core.db_path
+    hints = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: (
+        hints.append((os.readlink(f"/proc/self/fd/{fd}"), offset, length, advice)), real(fd, offset, length, advice))[1])
+    conn = sqlite_read.open_readonly(db, load_vec=False)
+    assert conn.execute("SELECT count(*) FROM memory_index_sources").fetchone()[0] == 1
+    conn.close()
+    assert hints == [(db, 0, os.path.getsize(db), os.POSIX_FADV_WILLNEED)]
+    monkeypatch.setattr(sqlite_read, "READ_AHEAD_MAX_BYTES", os.path.getsize(db) - 1)
+    sqlite_read.open_readonly(db, load_vec=False).close()
+    assert len(hints) == 1

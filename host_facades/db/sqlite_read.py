@@ -29,6 +29,33 @@ BUSY_TIMEOUT_MS = 5000
 READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)))
 
 
+# An index of at most this many bytes is read ahead whole when a connection opens it (one
+# ``posix_fadvise(WILLNEED)``, which starts the reads and returns): an open and a search touch most
+# pages of a small index (schema, FTS structures, rows), which SQLite reads one or a few at a time.
+# A server's random agent of thousands has its file out of memory (the kernel reclaims what was not
+# used for a while): 200 such opens-and-searches took 2.24 ms at p50 against 1.81 ms with the hint
+# and 0.77 ms with the file in memory (5-note indexes of 155 KB). A hint on a file in memory costs
+# a few microseconds; larger files are left to SQLite's own reads.
+READ_AHEAD_MAX_BYTES = 8 << 20
+
+
+def read_ahead(db_path: str, size: int) -> None:
+    """Have the kernel read ``db_path`` (``size`` bytes) into memory now, when it is small enough
+    (:data:`READ_AHEAD_MAX_BYTES`) and the platform has ``posix_fadvise``; a hint, never an error."""
+    if size > READ_AHEAD_MAX_BYTES or not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(db_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 # The newest index schema (``PRAGMA user_version``, memory_core.store.schema's numbered migrations)
 # this code reads. A file written by a newer memory-core is refused with a clear message instead of
 # failing later with a raw SQL error ("no such column"); tests keep it equal to the migrations.
@@ -157,8 +184,11 @@ def open_readonly(db_path: str, *, load_vec: bool = True, check_pages: bool = Fa
 
     Raises FileNotFoundError when there is no file and :class:`DatabaseUnreadable` when it cannot
     be read. A database in a read-only folder is readable too (see ``_open_in_readonly_folder``)."""
-    if not os.path.exists(db_path):
-        raise FileNotFoundError(f"memory index database not found: {db_path}; run `memory-core index`")
+    try:
+        size = os.stat(db_path).st_size
+    except OSError:  # what os.path.exists said False to
+        raise FileNotFoundError(f"memory index database not found: {db_path}; run `memory-core index`") from None
+    read_ahead(db_path, size)
     try:
         try:
             conn = _connect(db_path, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
