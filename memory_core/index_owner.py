@@ -103,11 +103,16 @@ def state_after_sync(writer: IndexWriter | None, db_path: str) -> OpenState | No
     """What the identity reads and the next reconcile need after a sync of this process, read
     through its writer's connection while the file's :func:`file_stamp` is the one taken first
     (else, or when the file on disk is not the writer's, None: they read it themselves). A server of
-    thousands of agents then opens no reader per agent after every sync."""
+    thousands of agents then opens no reader per agent after every sync. A log the sync left over
+    :data:`FOLD_LOG_BYTES` is folded into the file first (:meth:`IndexWriter.fold_log`)."""
     from host_facades.db.sqlite_read import index_rows, meta_values
 
+    if writer is None or writer.conn is None or writer.replaced():
+        return None
+    with contextlib.suppress(apsw.Error):
+        writer.fold_log(FOLD_LOG_BYTES)
     stamp = file_stamp(db_path)
-    if writer is None or writer.conn is None or stamp is None or writer.replaced():
+    if stamp is None:
         return None
 
     def read() -> OpenState:
@@ -307,10 +312,6 @@ class IndexOwner(IndexIdentity):
             return result
         finally:
             self._meta_seen = self._open_rows = None
-            writer = self._writer
-            if writer is not None:
-                with contextlib.suppress(apsw.Error):
-                    writer.fold_log(FOLD_LOG_BYTES)
             with self._lock:
                 self._running = None
                 after = state_after_sync(self._writer, self.db_path)  # the sync's writer is idle now
