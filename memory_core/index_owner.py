@@ -127,13 +127,6 @@ def state_after_sync(writer: IndexWriter | None, db_path: str) -> OpenState | No
     return state if state.few() and file_stamp(db_path) == stamp else None
 
 
-def _log_bytes(db_path: str) -> int:
-    try:
-        return os.path.getsize(db_path + "-wal")
-    except OSError:
-        return 0
-
-
 class IndexOwner(IndexIdentity):
     """The writer slot, the sync / reindex orchestration and ``forget`` of one index, with the identity
     checks of :class:`~memory_core.index_identity.IndexIdentity` (``MemoryCore`` delegates to it). ``on_replaced()`` runs when another process replaced
@@ -213,7 +206,7 @@ class IndexOwner(IndexIdentity):
             if self._running is not None or not self.meta_reader.try_close():
                 return False
             if self._writer is not None:  # a small log stays: a checkpoint changes the stamp (values kept under it)
-                self._writer.close(checkpoint=_log_bytes(self.db_path) > RELEASE_CHECKPOINT_BYTES)
+                self._writer.close(checkpoint=self._writer.log_bytes() > RELEASE_CHECKPOINT_BYTES)
                 self._writer = None
             return True
         finally:

@@ -33,8 +33,8 @@ READ_MMAP_BYTES = int(os.environ.get("MEMORY_CORE_READ_MMAP_BYTES", str(1 << 30)
 # ``posix_fadvise(WILLNEED)``, which starts the reads and returns): an open and a search touch most
 # pages of a small index (schema, FTS structures, rows), which SQLite reads one or a few at a time.
 # A server's random agent of thousands has its file out of memory (the kernel reclaims what was not
-# used for a while): 200 such opens-and-searches took 2.24 ms at p50 against 1.81 ms with the hint
-# and 0.77 ms with the file in memory (5-note indexes of 155 KB). A hint on a file in memory costs
+# used for a while): 200 such opens-and-searches took 2.24 ms at p50 against 1.56-1.62 ms with the
+# hint and 0.62-0.77 ms with the file in memory (5-note indexes of 155 KB). A hint on a file in memory costs
 # a few microseconds; larger files are left to SQLite's own reads.
 READ_AHEAD_MAX_BYTES = 8 << 20
 

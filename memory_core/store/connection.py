@@ -216,26 +216,27 @@ class WriterConnection:
             self._c()
         return self.reopens != before
 
+    def log_bytes(self) -> int:
+        """The size of the file's write-ahead log (0 when there is none)."""
+        try:
+            return os.path.getsize(self.db_path + "-wal")
+        except OSError:
+            return 0
+
     @serialized_method
-    def fold_log(self, min_bytes: int) -> bool:
+    def fold_log(self, min_bytes: int) -> None:
         """Copy the write-ahead log into the file and empty it (a TRUNCATE checkpoint) when it holds
         more than ``min_bytes``, without waiting: a reader still on an older snapshot makes it stop
-        (the next call finishes it). Every later first open of the file (a worker's, a restarted
+        (a later call finishes it). Every later first open of the file (a worker's, a restarted
         server's) then reads no log to rebuild its index, and an agent left idle keeps no log on
-        disk. True when the log is empty now."""
-        if self.conn is None or self._file_identity() != self._inode:
-            return False
-        try:
-            if os.path.getsize(self.db_path + "-wal") <= min_bytes:
-                return False
-        except OSError:
-            return False
+        disk."""
+        if self.conn is None or self._file_identity() != self._inode or self.log_bytes() <= min_bytes:
+            return
         self.conn.set_busy_timeout(0)
         try:
-            busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            return not busy
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except apsw.BusyError:
-            return False
+            pass
         finally:
             self.conn.set_busy_timeout(schema.WRITER_BUSY_TIMEOUT_MS)
 
