@@ -88,6 +88,36 @@ def _brute_top(mat: np.ndarray, q: np.ndarray, k: int) -> tuple[list[int], np.nd
     return order[:k].tolist(), scores[order]
 
 
+def test_a_state_from_fp16_min_rows_searches_int8_candidates_and_a_smaller_one_the_flat_scan():
+    from host_facades.retrieval.vector_state import FP16_MIN_ROWS
+
+    rng = np.random.default_rng(5)
+    mat = rng.standard_normal((FP16_MIN_ROWS, 16)).astype(np.float32)
+    mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+    kinds = []
+    for n in (FP16_MIN_ROWS - 1, FP16_MIN_ROWS):
+        index, matrix = build_index(np.ascontiguousarray(mat[:n]))
+        state = VectorState(("db", n, "m"), [f"r{i}" for i in range(n)], np.array(["memory"] * n, dtype=object),
+                            matrix, index)
+        kinds.append(state.index_kind)
+        q = rng.standard_normal(16).astype(np.float32)
+        exact = VectorState(state.key, state.ids, state.sources, np.ascontiguousarray(mat[:n]), None)
+        assert state.search(q, 48) == exact.search(q, 48, exact=True)
+    assert kinds == ["flat", "int8"]
+
+
+def test_the_vector_candidates_benchmark_times_both_kinds_and_compares_their_answers(tmp_path):
+    import json
+
+    from benchmarks import vector_candidates
+
+    out = tmp_path / "vc.json"
+    assert vector_candidates.main(["--dims", "24", "--rows", "400", "--queries", "20", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["sameAnswers"] is True and row["rows"] == 400 and row["dims"] == 24
+    assert all(row[f"{c} {k}"] > 0 for c in ("hot", "cold") for k in ("flat", "int8"))
+
+
 @pytest.mark.parametrize("kind", ["int8", "fp16", "flat"])
 def test_candidate_indexes_return_exactly_the_numpy_top_k(kind):
     rng = np.random.default_rng(77)

@@ -40,7 +40,6 @@ import numpy as np
 
 from host_facades.db.sqlite_read import db_identity
 from host_facades.retrieval.vector_state import (
-    FP16_MIN_ROWS,
     DerivedKey,
     Int8Candidates,
     VectorState,
@@ -51,7 +50,8 @@ from host_facades.retrieval.vector_state import (
     model_key,
 )
 
-SHARED_MIN_ROWS = int(os.environ.get("MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", str(FP16_MIN_ROWS)))
+# a file mapped by every worker from this many rows (below, each worker builds its own state)
+SHARED_MIN_ROWS = int(os.environ.get("MEMORY_CORE_SHARED_VECTORS_MIN_ROWS", "20000"))
 FORMAT = 1
 PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600  # as memory_core.store.perms: other users never read vectors
 _STALE_TMP_S = 600.0

@@ -32,8 +32,12 @@ from host_facades.db.vectors import VECTOR_DTYPE, decode_int8, normalize_rows
 # (db identity "dev:inode", revision, model); model "" = every model, a tuple = several models
 DerivedKey = tuple  # tuple[str, int, str | tuple[str, ...]]
 
-# from this many rows searches use a compressed candidate index + exact rescoring; below, IndexFlatIP
-FP16_MIN_ROWS = int(os.environ.get("MEMORY_CORE_FP16_MIN_ROWS", "20000"))
+# from this many rows searches use a compressed candidate index + exact rescoring; below, IndexFlatIP.
+# `python -m benchmarks.vector_candidates` (one thread, top 48): int8 candidates catch up with the
+# flat scan at about 6,000 rows of 384 dims and 3,000 of 1,536, and pull away above, more so with the
+# caches cold, as a server's are between two searches (13,559 x 384: flat 0.92 ms hot / 1.64 cold,
+# int8 0.66 / 1.12). Below, the flat scan reads little and rescores nothing.
+FP16_MIN_ROWS = int(os.environ.get("MEMORY_CORE_FP16_MIN_ROWS", "6000"))
 CANDIDATE_INDEX = os.environ.get("MEMORY_CORE_CANDIDATE_INDEX", "int8")  # "int8" | "fp16" | "flat"
 FP16_REL_ERROR = 2.0 ** -10  # |x16 - x| <= 2^-11 |x| rounding to nearest, 2^-10 even if truncating
 
