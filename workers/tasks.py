@@ -23,6 +23,7 @@ from host_facades.db.sqlite_read import (
     db_identity,
     open_readonly,
     read_snapshot,
+    swap_transient,
     unreadable,
 )
 from host_facades.db.sqlite_ext import load_sqlite_vec
@@ -292,6 +293,9 @@ def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[An
             ctx.drop_reader(db_path)
         except BaseException as exc:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
+            if swap_transient(exc):  # another process swapped the file in mid-read: read the new one
+                time.sleep(0.005 * (_attempt + 1))
+                continue
             _unreadable_as_task_error(db_path, exc)
             raise
     raise TaskError("WorkerUnavailable", "unavailable", f"database file {db_path} kept changing identity while opening; retry the search")

@@ -65,6 +65,14 @@ SCHEMA_VERSION = 5
 CORRUPT_ERRORS = (apsw.NotADBError, apsw.CorruptError)
 
 
+def swap_transient(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a read, is what another process's swap of the file (an atomic
+    reindex moves the old -wal/-shm aside and renames a new file over the old) can cause for a moment:
+    a short read (SQLITE_IOERR_SHORT_READ) of a log or file that was just moved. A fresh open of the
+    file now at the path reads it; a file that is really short fails again."""
+    return isinstance(exc, apsw.IOError) and getattr(exc, "extendedresult", None) == apsw.SQLITE_IOERR_SHORT_READ
+
+
 # the memory_core.errors class of each DatabaseUnreadable code (named: workers never import it)
 _ERROR_TYPES = {"index_corrupt": "IndexCorrupt", "index_unreadable": "IndexUnreadable", "index_newer": "IndexNewer"}
 

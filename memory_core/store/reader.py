@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from host_facades.db.sqlite_read import DatabaseUnreadable, open_readonly
+from host_facades.db.sqlite_read import DatabaseUnreadable, open_readonly, swap_transient
 from memory_core.store.access import index_errors
 
 OPEN_ATTEMPTS = 5
@@ -101,7 +101,8 @@ class CachedReader:
 
     def run(self, fn: Callable[[apsw.Connection], Any]) -> Any:
         """``fn(conn)`` under this reader's lock; FileNotFoundError when the index was never built,
-        IndexCorrupt when the file is not a readable database. A handle that raised is closed, never reused."""
+        IndexCorrupt when the file is not a readable database. A handle that raised is closed, never
+        reused; what a swap of the file by another process causes is retried on a fresh handle."""
         with self._lock, index_errors(self.db_path):
             for attempt in range(3):
                 conn = self.get()
@@ -111,13 +112,12 @@ class CachedReader:
                     self.on_use()
                 try:
                     return fn(conn)
-                except TRANSIENT_ERRORS:
+                except Exception as exc:
                     self.close()
-                    if attempt == 2:
+                    if attempt == 2 or not (isinstance(exc, TRANSIENT_ERRORS) or swap_transient(exc)):
                         raise
-                except Exception:
-                    self.close()
-                    raise
+                    if swap_transient(exc):
+                        time.sleep(0.005 * (attempt + 1))  # the swap's renames finish meanwhile
 
     def try_close(self) -> bool:
         """Close the connection unless a :meth:`run` is using it now (False: left open)."""
