@@ -22,18 +22,18 @@ threshold is ``host_facades.retrieval.vector_state.FP16_MIN_ROWS``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import time
 from typing import Any
 
-if __name__ == "__main__":  # one BLAS thread, as in a worker (set before numpy loads BLAS)
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_var, "1")
+if __name__ == "__main__":  # one BLAS/OpenMP thread, as in a worker (before numpy loads BLAS)
+    from workers.runtime import pin_threads
+
+    pin_threads()
 
 import numpy as np  # noqa: E402 - after the thread pins
 
+from benchmarks import add_json_argument, emit, progress_log  # noqa: E402
 from host_facades.retrieval.vector_state import FP16_MIN_ROWS, VectorState, build_index, load_faiss  # noqa: E402
 
 TOP = 48
@@ -85,26 +85,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dims", default="384,1536")
     ap.add_argument("--rows", default="1000,2000,4000,6000,8000,13559")
     ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--json", help="also write the rows here")
+    add_json_argument(ap)
     args = ap.parse_args(argv)
+    log = progress_log(args)
     faiss = load_faiss()
     if faiss is None:
         raise SystemExit("error: faiss is not installed; pip install faiss-cpu")
     faiss.omp_set_num_threads(1)
     results = []
-    print(f"{'rows':>6} {'dims':>5} {'MB':>6} {'hot flat':>9} {'hot int8':>9} {'cold flat':>10} {'cold int8':>10}"
+    log(f"{'rows':>6} {'dims':>5} {'MB':>6} {'hot flat':>9} {'hot int8':>9} {'cold flat':>10} {'cold int8':>10}"
           f" {'int8/flat hot':>14} {'cold':>6}  same")
     for dims in (int(d) for d in args.dims.split(",")):
         for rows in (int(r) for r in args.rows.split(",")):
             r = measure(rows, dims, args.queries)
             results.append(r)
-            print(f"{rows:>6} {dims:>5} {r['matrixMB']:>6} {r['hot flat']:>9} {r['hot int8']:>9} {r['cold flat']:>10}"
-                  f" {r['cold int8']:>10} {r['int8/flat hot']:>14} {r['int8/flat cold']:>6}  {r['sameAnswers']}",
-                  flush=True)
-    print(f"(ms per search, medians; int8 candidates from FP16_MIN_ROWS = {FP16_MIN_ROWS} rows)")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"fp16MinRows": FP16_MIN_ROWS, "top": TOP, "rows": results}, fh, indent=2)
+            log(f"{rows:>6} {dims:>5} {r['matrixMB']:>6} {r['hot flat']:>9} {r['hot int8']:>9} {r['cold flat']:>10}"
+                f" {r['cold int8']:>10} {r['int8/flat hot']:>14} {r['int8/flat cold']:>6}  {r['sameAnswers']}")
+    log(f"(ms per search, medians; int8 candidates from FP16_MIN_ROWS = {FP16_MIN_ROWS} rows)")
+    emit(args, {"fp16_min_rows": FP16_MIN_ROWS, "top": TOP, "rows": results}, None)  # the table went out row by row
     return 0 if all(r["sameAnswers"] for r in results) else 1
 
 

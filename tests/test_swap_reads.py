@@ -69,13 +69,17 @@ def test_the_cached_reader_raises_a_short_read_that_stays_and_any_other_io_error
     reader.close()
 
 
-def test_a_worker_snapshot_reads_again_after_a_short_read_and_fails_its_task_on_another_io_error(tmp_path):
+def test_a_worker_snapshot_reads_again_after_a_short_read_and_fails_its_task_on_one_that_stays_or_another_io_error(tmp_path):
     db = str(tmp_path / "index.sqlite")
     open_db(db).close()  # an index's schema (a snapshot reads its revision)
     ctx = tasks.WorkerContext(pool_name="test")
     fn, handles = _failing(1, sql="SELECT count(*) FROM memory_index_chunks")
     assert tasks.on_snapshot(ctx, db, (), lambda conn, db_id, revision: fn(conn), vec=False) == 0
     assert len(handles) == 2
+    fn, handles = _failing(99, sql="SELECT count(*) FROM memory_index_chunks")
+    with pytest.raises(apsw.IOError):  # a short read that stays is the file's own: its error, not a retry's
+        tasks.on_snapshot(ctx, db, (), lambda conn, db_id, revision: fn(conn), vec=False)
+    assert len(handles) == 3
     fn, handles = _failing(1, apsw.SQLITE_IOERR_READ, "SELECT count(*) FROM memory_index_chunks")
     with pytest.raises(apsw.IOError):
         tasks.on_snapshot(ctx, db, (), lambda conn, db_id, revision: fn(conn), vec=False)

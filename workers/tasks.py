@@ -293,8 +293,8 @@ def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[An
             ctx.drop_reader(db_path)
         except BaseException as exc:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
-            if swap_transient(exc):  # another process swapped the file in mid-read: read the new one
-                time.sleep(0.005 * (_attempt + 1))
+            if swap_transient(exc) and _attempt < 2:  # another process swapped the file in mid-read
+                time.sleep(0.005 * (_attempt + 1))  # its renames finish meanwhile; then read the new one
                 continue
             _unreadable_as_task_error(db_path, exc)
             raise

@@ -114,9 +114,10 @@ class CachedReader:
                     return fn(conn)
                 except Exception as exc:
                     self.close()
-                    if attempt == 2 or not (isinstance(exc, TRANSIENT_ERRORS) or swap_transient(exc)):
+                    short_read = swap_transient(exc)
+                    if attempt == 2 or not (short_read or isinstance(exc, TRANSIENT_ERRORS)):
                         raise
-                    if swap_transient(exc):
+                    if short_read:
                         time.sleep(0.005 * (attempt + 1))  # the swap's renames finish meanwhile
 
     def try_close(self) -> bool:
