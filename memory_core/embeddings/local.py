@@ -94,6 +94,7 @@ class LocalMiniLMProvider:
         threads: int = 0,
         max_tokens: int = MAX_TOKENS,
         window_overlap: int | None = None,
+        own_session: bool = False,
     ) -> None:
         try:
             import onnxruntime  # type: ignore[import-not-found]
@@ -129,6 +130,10 @@ class LocalMiniLMProvider:
         self._cls = self._tokenizer.token_to_id("[CLS]")
         self._sep = self._tokenizer.token_to_id("[SEP]")
         self._session: Any = None
+        # False: the one session of this model file in the process (its weights loaded once and kept
+        # warm by every provider using it); True: a session of its own, as a separate engine would
+        # have (a benchmark's reference must not run on weights the system it is compared with warmed)
+        self._own_session = own_session
         self._input_names: set[str] = set()
         key: dict[str, Any] = {
             "provider": PROVIDER_ID,
@@ -151,21 +156,23 @@ class LocalMiniLMProvider:
             return self._session
         key = self.model_path
         with _SESSIONS_LOCK:
-            session = _SESSIONS.get(key)
+            session = None if self._own_session else _SESSIONS.get(key)
             if session is None:
-                opts = self._ort.SessionOptions()
-                opts.intra_op_num_threads = 1  # parallel runs instead (embed_batch)
-                opts.inter_op_num_threads = 1
-                try:
-                    session = self._ort.InferenceSession(
-                        self.model_path, sess_options=opts, providers=["CPUExecutionProvider"]
-                    )
-                except Exception as exc:  # onnxruntime raises its own exception types
-                    raise ProviderUnavailable(f"provider 'local': cannot load {self.model_path}: {exc}") from None
-                _SESSIONS[key] = session
+                session = self._load_session()
+                if not self._own_session:
+                    _SESSIONS[key] = session
             self._input_names = {i.name for i in session.get_inputs()}
             self._session = session
         return session
+
+    def _load_session(self) -> Any:
+        opts = self._ort.SessionOptions()
+        opts.intra_op_num_threads = 1  # parallel runs instead (embed_batch)
+        opts.inter_op_num_threads = 1
+        try:
+            return self._ort.InferenceSession(self.model_path, sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise ProviderUnavailable(f"provider 'local': cannot load {self.model_path}: {exc}") from None
 
     def windows(self, text_ids: Sequence[int]) -> list[list[int]]:
         """The model inputs of one encoded text: ``[CLS] piece [SEP]`` for each window of its word pieces."""
