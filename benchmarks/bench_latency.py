@@ -208,6 +208,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "10-20 word queries, local embeddings, through the gateway; both")
     p.add_argument("--docs", type=int, default=1000, help="documents of the long workload (default 1000)")
     p.add_argument("--max-results", type=int, default=6, help="maxResults of the long workload (default 6)")
+    p.add_argument("--pool-workers", type=int, default=None, metavar="N",
+                   help="long workload: memory-core's systems with pool.workers = N (0: retrieval in the "
+                        "searching process, no worker hop; default: the configured default, one per core)")
     add_json_argument(p)
     add_plot_argument(p)
 
@@ -218,6 +221,11 @@ def run(args: argparse.Namespace) -> int:
     log = progress_log(args)
     check_plot_available(args.plot)
     workload = getattr(args, "workload", "short")
+    pool_workers = getattr(args, "pool_workers", None)
+    if pool_workers is not None and (workload == "short" or pool_workers < 0):
+        print(f"error: --pool-workers takes a number of workers, 0 or more, for the long workload "
+              f"(got {pool_workers} with --workload {workload})", file=sys.stderr)
+        return 2
     if workload != "short":
         from memory_core.embeddings.local import default_model_path
 
@@ -237,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
             from benchmarks.latency_long import run_long
 
             long = run_long(docs=args.docs, queries=args.queries or (30 if args.ci else 100),
-                            max_results=args.max_results, workdir=os.path.join(workdir, "long"), log=log)
+                            max_results=args.max_results, workdir=os.path.join(workdir, "long"), log=log,
+                            pool_workers=pool_workers)
             samples[f"long queries, {args.docs} documents"] = long.pop("_raw")
             out.append(long)
     finally:

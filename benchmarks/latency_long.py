@@ -259,9 +259,19 @@ async def _samples(urls: dict[str, str], cores: dict[str, Any], anchors: dict[st
     return rows
 
 
+def system_config(ws: Path, state_dir: Path, provider: str, pool_workers: int | None = None) -> dict[str, Any]:
+    """The config of one memory-core system of the run; ``pool_workers`` sets ``pool.workers`` (0:
+    retrieval runs in the searching process, no worker hop), None keeps the default."""
+    config: dict[str, Any] = {"workspace": str(ws), "stateDir": str(state_dir), "provider": provider}
+    if pool_workers is not None:
+        config["pool"] = {"workers": pool_workers}
+    return config
+
+
 def run_long(*, docs: int, queries: int, max_results: int, workdir: str,
-             log: Callable[[str], None]) -> dict[str, Any]:
-    """The long-query workload's results (and, under ``raw``, each row's latencies in ms)."""
+             log: Callable[[str], None], pool_workers: int | None = None) -> dict[str, Any]:
+    """The long-query workload's results (and, under ``raw``, each row's latencies in ms);
+    ``pool_workers``: memory-core's ``pool.workers`` in every system (None: the default)."""
     from benchmarks.bench_gateway import start_server
     from memory_core.config import load_config
     from memory_core.core import MemoryCore
@@ -273,17 +283,19 @@ def run_long(*, docs: int, queries: int, max_results: int, workdir: str,
     warm, qs = qs[:n_warm], qs[n_warm:]
     text_bytes = sum(len(t.encode("utf-8")) for t in texts)
     res: dict[str, Any] = {"workload": "long", "docs": docs, "queries": len(qs), "max_results": max_results,
-                           "cpu_count": os.cpu_count(), "loadavg": list(os.getloadavg()), "text_bytes": text_bytes}
+                           "pool_workers": pool_workers, "cpu_count": os.cpu_count(),
+                           "loadavg": list(os.getloadavg()), "text_bytes": text_bytes}
     log(f"long-query workload: {docs} documents of 10-15 lines ({text_bytes / 1e6:.2f} MB), {len(qs)} queries "
-        f"of 10-20 words, maxResults {max_results}")
+        f"of 10-20 words, maxResults {max_results}"
+        + ("" if pool_workers is None else f", memory-core with pool.workers = {pool_workers}"))
     env = dict(os.environ, MEMORY_CORE_GATEWAY_TOKEN=TOKEN)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("MEMORY_CORE_HOME", None)
     configs: dict[str, Path] = {}
     for kind, provider in (("keyword", "none"), ("hybrid", "local")):
         configs[kind] = root / f"{kind}.json"
-        configs[kind].write_text(json.dumps({"workspace": str(ws), "stateDir": str(root / f"state-{kind}"),
-                                             "provider": provider}), encoding="utf-8")
+        configs[kind].write_text(json.dumps(system_config(ws, root / f"state-{kind}", provider, pool_workers)),
+                                 encoding="utf-8")
     cores: dict[str, Any] = {}
     procs: list[subprocess.Popen[str]] = []
     try:

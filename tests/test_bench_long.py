@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.latency_long import Anchors, build_workspace, or_query
+from benchmarks.latency_long import Anchors, build_workspace, or_query, system_config
+from memory_core.config import load_config
 from memory_core.embeddings.local import default_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +46,25 @@ def test_anchor_hybrid_fuses_lexical_and_vector_rankings(tmp_path):
     a.matrix = a.encode(docs)
     # c.md is in both rankings (2nd lexical, 1st vector): RRF puts it first
     assert sorted(p for p, _ in a.hybrid("coffee deploy", 3, 2)) == ["a.md", "c.md"]
+
+
+def test_pool_workers_sets_every_systems_pool_and_none_keeps_the_default(tmp_path):
+    def loaded(workers):
+        path = tmp_path / f"w{workers}.json"
+        path.write_text(json.dumps(system_config(tmp_path / "ws", tmp_path / "state", "none", workers)))
+        return load_config(str(path), env={}).pool
+
+    assert loaded(0).resolved_workers() == 0
+    assert loaded(1).resolved_workers() == 1
+    assert loaded(None).resolved_workers() == load_config(None, env={}).pool.resolved_workers()
+
+
+@pytest.mark.parametrize("argv", [["--pool-workers", "-1", "--workload", "long"], ["--pool-workers", "0"]])
+def test_pool_workers_is_refused_below_zero_and_for_the_short_workload(argv, capsys):
+    from benchmarks.bench_latency import main
+
+    assert main(argv) == 2
+    assert "--pool-workers takes a number of workers, 0 or more, for the long workload" in capsys.readouterr().err
 
 
 @pytest.mark.slow
