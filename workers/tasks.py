@@ -24,6 +24,7 @@ from host_facades.db.sqlite_read import (
     open_readonly,
     read_snapshot,
     swap_transient,
+    wait_out_swap,
     unreadable,
 )
 from host_facades.db.sqlite_ext import load_sqlite_vec
@@ -294,7 +295,7 @@ def on_snapshot(ctx: WorkerContext, db_path: str, keep: Any, reads: Callable[[An
         except BaseException as exc:
             ctx.drop_reader(db_path)  # never reuse a handle whose task failed
             if swap_transient(exc) and _attempt < 2:  # another process swapped the file in mid-read
-                time.sleep(0.005 * (_attempt + 1))  # its renames finish meanwhile; then read the new one
+                wait_out_swap(_attempt)
                 continue
             _unreadable_as_task_error(db_path, exc)
             raise

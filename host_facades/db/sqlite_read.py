@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import urllib.parse
 from collections.abc import Iterator
 
@@ -71,6 +72,12 @@ def swap_transient(exc: BaseException) -> bool:
     a short read (SQLITE_IOERR_SHORT_READ) of a log or file that was just moved. A fresh open of the
     file now at the path reads it; a file that is really short fails again."""
     return isinstance(exc, apsw.IOError) and getattr(exc, "extendedresult", None) == apsw.SQLITE_IOERR_SHORT_READ
+
+
+def wait_out_swap(attempt: int) -> None:
+    """Before reading again after :func:`swap_transient` failure number ``attempt`` (0-based): the
+    swap's renames finish meanwhile, then a fresh open reads the new file."""
+    time.sleep(0.005 * (attempt + 1))
 
 
 # the memory_core.errors class of each DatabaseUnreadable code (named: workers never import it)

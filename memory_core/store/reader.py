@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from host_facades.db.sqlite_read import DatabaseUnreadable, open_readonly, swap_transient
+from host_facades.db.sqlite_read import DatabaseUnreadable, open_readonly, swap_transient, wait_out_swap
 from memory_core.store.access import index_errors
 
 OPEN_ATTEMPTS = 5
@@ -118,7 +118,7 @@ class CachedReader:
                     if attempt == 2 or not (short_read or isinstance(exc, TRANSIENT_ERRORS)):
                         raise
                     if short_read:
-                        time.sleep(0.005 * (attempt + 1))  # the swap's renames finish meanwhile
+                        wait_out_swap(attempt)
 
     def try_close(self) -> bool:
         """Close the connection unless a :meth:`run` is using it now (False: left open)."""
