@@ -1,6 +1,7 @@
 """Where a keyword ``memory.search`` through ``memory-core serve`` spends its time beyond the search.
 
-    python -m benchmarks.gateway_hops [--docs 1000] [--seconds 15] [--max-results 6]
+    python -m benchmarks.gateway_hops [--docs 1000] [--seconds 15] [--max-results 6] [--gap-ms 0,2,8,30]
+                                      [--json PATH]
 
 The long workload of ``bench latency`` (documents of 10-15 lines, 10-20 word queries), keyword-only,
 indexed by this checkout and served by it. Interleaved sample by sample, each query text used once:
@@ -11,10 +12,20 @@ indexed by this checkout and served by it. Interleaved sample by sample, each qu
   no compression, no ping) that answers every request with the payload of a real search: the floor of
   the transport (frames, JSON both ways, two loopback wake-ups) without any memory-core code.
 
-Then, per search, each process's on-CPU time and run-queue wait (``/proc/PID/task/*/schedstat``,
-Linux): the server's event loop thread and its other threads, its workers, the echo server. On a
-machine with few cores the run-queue wait is latency too: a worker woken by a task waits for a core
-while the server, the client or another program still runs.
+``--gap-ms``: the client pauses that many ms before each row's request, as an agent pauses between
+queries; every process of the run is idle meanwhile, and each server is idle for about three gaps
+plus the other two rows' requests before its own (0: the other rows' requests only). Several gaps
+take turns in blocks of 8 samples (the first of each block, which followed the previous gap's
+pauses, is not counted), and each gap gets its own table. After an idle spell a process runs slower
+for a while (cold caches, and on a virtual machine a vCPU whose host core did other work): the
+gateway's three processes and their Python lose more to it than the anchor's one FTS5 statement in
+C, so the gateway's ratio to the anchor grows with the gap. ``bench latency --workload long`` leaves
+each server idle for the ~30 ms its other rows take, while the anchor's process stays busy.
+
+Then, per search (all gaps together), each process's on-CPU time and run-queue wait
+(``/proc/PID/task/*/schedstat``, Linux): the server's event loop thread and its other threads, its
+workers, the echo server. On a machine with few cores the run-queue wait is latency too: a worker
+woken by a task waits for a core while the server, the client or another program still runs.
 """
 
 from __future__ import annotations
@@ -100,8 +111,14 @@ def cpu_rows(server: int, echo: int, before: dict[int, dict], after: dict[int, d
     return rows
 
 
+ROWS = ("anchor FTS5 OR", "keyword gateway", "websockets echo")
+GAP_BLOCK = 8  # samples in a row with one gap; the gaps take turns block by block
+
+
 async def _samples(url: str, echo_url: str, anchors: Any, queries: list[str], seconds: float,
-                   max_results: int, candidates: int, pids: tuple[int, int]) -> dict[str, Any]:
+                   max_results: int, candidates: int, pids: tuple[int, int],
+                   gaps: list[float]) -> dict[str, Any]:
+    """Each row's latencies (ms) per gap: ``{"rows": {gap: {row: [ms]}}, "n", "cpu"}``."""
     from websockets.asyncio.client import connect
 
     from memory_core.gateway.client import GatewayClient
@@ -109,7 +126,7 @@ async def _samples(url: str, echo_url: str, anchors: Any, queries: list[str], se
     client = await GatewayClient.open(url, token=TOKEN)
     echo = GatewayClient(await connect(echo_url, compression=None, ping_interval=None))
     params = {"maxResults": max_results}
-    rows: dict[str, list[float]] = {"anchor FTS5 OR": [], "keyword gateway": [], "websockets echo": []}
+    rows: dict[float, dict[str, list[float]]] = {gap: {name: [] for name in ROWS} for gap in gaps}
     try:
         for q in queries[:20]:  # warm: first-use imports, reader connections, caches
             await client.call("memory.search", {"query": q, **params})
@@ -118,18 +135,20 @@ async def _samples(url: str, echo_url: str, anchors: Any, queries: list[str], se
         before = {p: threads_schedstat(p) for p in watched}
         end = time.monotonic() + seconds
         n = 0
-        for q in queries[20:]:
-            if time.monotonic() >= end:
+        for i, q in enumerate(queries[20:]):
+            if time.monotonic() >= end and i >= len(gaps) * GAP_BLOCK:  # every gap has samples
                 break
-            t = time.perf_counter()
-            anchors.fts(q, candidates)
-            rows["anchor FTS5 OR"].append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
-            await client.call("memory.search", {"query": q, **params})
-            rows["keyword gateway"].append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
-            await echo.call("memory.search", {"query": q, **params})
-            rows["websockets echo"].append((time.perf_counter() - t) * 1000)
+            gap = gaps[i // GAP_BLOCK % len(gaps)]
+            for name, gateway in zip(ROWS, (None, client, echo)):
+                if gap:
+                    await asyncio.sleep(gap / 1000)
+                t = time.perf_counter()
+                if gateway is None:
+                    anchors.fts(q, candidates)
+                else:
+                    await gateway.call("memory.search", {"query": q, **params})
+                if len(gaps) == 1 or i % GAP_BLOCK:  # a block's first sample followed the last gap's pauses
+                    rows[gap][name].append((time.perf_counter() - t) * 1000)
             n += 1
         after = {p: threads_schedstat(p) for p in watched}
     finally:
@@ -138,7 +157,32 @@ async def _samples(url: str, echo_url: str, anchors: Any, queries: list[str], se
     return {"rows": rows, "n": n, "cpu": cpu_rows(pids[0], pids[1], before, after, n)}
 
 
+def parse_gaps(text: str) -> list[float]:
+    """``--gap-ms``: comma-separated idle gaps in ms, each 0 or more, none twice."""
+    try:
+        gaps = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"takes comma-separated numbers of ms, e.g. 0,8,30; got {text!r}") from None
+    if any(not 0 <= g < 10_000 for g in gaps) or len(set(gaps)) != len(gaps):
+        raise argparse.ArgumentTypeError(f"takes distinct gaps from 0 to 9999 ms, e.g. 0,8,30; got {text!r}")
+    return gaps
+
+
+def summary(rows: dict[float, dict[str, list[float]]]) -> list[dict[str, Any]]:
+    """Per gap: each row's p50 and p95 (ms), sample count, and p50 over the anchor's p50."""
+    out = []
+    for gap, by_row in rows.items():
+        anchor = float(np.percentile(by_row["anchor FTS5 OR"], 50))
+        out.append({"gap_ms": gap, "rows": [
+            {"row": name, "p50_ms": round(float(np.percentile(v, 50)), 3),
+             "p95_ms": round(float(np.percentile(v, 95)), 3), "n": len(v),
+             "over_anchor": round(float(np.percentile(v, 50)) / anchor, 3)} for name, v in by_row.items()]})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks import add_json_argument, emit, progress_log
     from benchmarks.ab_gateway import _index, _start
     from benchmarks.latency_long import Anchors, build_workspace
     from memory_core.gateway.client import GatewayClient
@@ -148,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--max-results", type=int, default=6)
+    p.add_argument("--gap-ms", type=parse_gaps, default=[0.0], metavar="MS[,MS...]",
+                   help="idle gap before each row's request; several are interleaved (default 0)")
+    add_json_argument(p)
     args = p.parse_args(argv)
+    log = progress_log(args)
     repo = Path(__file__).resolve().parent.parent
     root = Path(tempfile.mkdtemp(prefix="mc-gateway-hops-"))
     procs: list[subprocess.Popen[str]] = []
@@ -176,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         anchors = Anchors(str(root / "anchor.sqlite"), texts, [f"note-{d:05d}.md" for d in range(args.docs)], None)
         load0 = os.getloadavg()
         res = asyncio.run(_samples(url, echo_url, anchors, queries[1:], args.seconds, args.max_results,
-                                   candidate_count(args.max_results, 4), (server.pid, echo.pid)))
+                                   candidate_count(args.max_results, 4), (server.pid, echo.pid), args.gap_ms))
         load1 = os.getloadavg()
     finally:
         for proc in procs:
@@ -186,18 +234,29 @@ def main(argv: list[str] | None = None) -> int:
                 if stream is not None:
                     stream.close()
         shutil.rmtree(root, ignore_errors=True)
-    rows = res["rows"]
-    anchor = float(np.percentile(rows["anchor FTS5 OR"], 50))
-    print(f"long workload, {args.docs} documents, {res['n']} samples, maxResults {args.max_results}, reply "
-          f"{len(json.dumps(payload, ensure_ascii=False, separators=(',', ':')))} bytes; load "
-          f"{load0[0]:.2f} -> {load1[0]:.2f}")
-    print(f"{'row':<18}{'p50 ms':>9}{'p95 ms':>9}{'/anchor':>9}")
-    for name, v in rows.items():
-        p50 = float(np.percentile(v, 50))
-        print(f"{name:<18}{p50:>9.2f}{float(np.percentile(v, 95)):>9.2f}{p50 / anchor:>9.2f}")
-    print(f"{'per search':<28}{'on CPU us':>10}{'run-queue wait us':>19}")
-    for name, on, wait in res["cpu"]:
-        print(f"{name:<28}{on:>10.0f}{wait:>19.0f}")
+    reply_bytes = len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+    log(f"long workload, {args.docs} documents, {res['n']} samples, maxResults {args.max_results}, reply "
+        f"{reply_bytes} bytes; load {load0[0]:.2f} -> {load1[0]:.2f}")
+    results = {"docs": args.docs, "samples": res["n"], "max_results": args.max_results,
+               "reply_bytes": reply_bytes, "load": [round(load0[0], 2), round(load1[0], 2)],
+               "gaps": summary(res["rows"]),
+               "per_search": [{"process": name, "on_cpu_us": round(on), "run_queue_wait_us": round(wait)}
+                              for name, on, wait in res["cpu"]]}
+
+    def table() -> str:
+        lines = []
+        for gap in results["gaps"]:
+            if len(results["gaps"]) > 1:
+                lines.append(f"idle gap {gap['gap_ms']:g} ms before each request")
+            lines.append(f"{'row':<18}{'p50 ms':>9}{'p95 ms':>9}{'/anchor':>9}")
+            lines.extend(f"{r['row']:<18}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}{r['over_anchor']:>9.2f}"
+                         for r in gap["rows"])
+        lines.append(f"{'per search':<28}{'on CPU us':>10}{'run-queue wait us':>19}")
+        lines.extend(f"{r['process']:<28}{r['on_cpu_us']:>10}{r['run_queue_wait_us']:>19}"
+                     for r in results["per_search"])
+        return "\n".join(lines)
+
+    emit(args, results, table)
     return 0
 
 
