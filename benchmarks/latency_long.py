@@ -394,7 +394,7 @@ def table(r: dict[str, Any]) -> str:
     lines.append(f"index on disk {sum(disk.values()) / 1e6:.1f} MB (database {disk['database'] / 1e6:.1f}, mapped "
                  f"vectors {disk['mapped_vectors'] / 1e6:.1f}, other {disk['other'] / 1e6:.1f}) vs text + chunk "
                  f"float32 + passage int8 {r['disk_floor_bytes'] / 1e6:.1f} MB")
-    vectors, shared_from = r["chunks"] + r["passage_vectors"], r.get("shared_vectors_min_rows", 0)
+    vectors, shared_from = r["chunks"] + r["passage_vectors"], r["shared_vectors_min_rows"]
     if 0 < vectors < shared_from:  # the files the workers map are the largest part of the disk row above it
         docs = math.ceil(r["docs"] * shared_from / vectors)
         lines.append(f"  no mapped vector files at this size: workers share them from {shared_from} vectors, "
