@@ -15,7 +15,7 @@ and QPS (2 clients per worker), and the ratios with targets: pool overhead per q
 (p50 pooled - p50 in-process, target <= 1 ms), QPS(2 workers) / QPS(1 worker) (target >= 1.7) and
 pooled vector p50 / raw single-thread faiss p50 (target <= 1.3). Next to the 2-over-1 worker
 ratio it measures the machine's own ceiling for each search: the workers' own search code, on the
-same shared vector state, in 1 vs 2 independent processes at once (:class:`Ceiling`), in the
+same database, in 1 vs 2 independent processes at once (:class:`Ceiling`), in the
 same rounds as the pool's (the pool's share of that ceiling, target >= 0.9, is the median of the
 rounds' shares); a vector scan that is memory-bandwidth bound cannot scale further through any pool.
 Last, :func:`owner_floor` measures the owner's CPU per round trip of the pool alone (no search)
@@ -265,8 +265,8 @@ def workload(dims: int) -> tuple[list[str], np.ndarray, dict[str, tuple[Any, Cal
 
 def solo_main(argv: list[str]) -> int:
     """A child of :func:`independent_qps`: the search ``KIND`` on ``DB`` in a loop, run by the
-    workers' own task code in this process (``InlinePool``, as ``pool.workers = 0``), so it maps
-    the same shared vector state files the pool's workers map: the pool's work without the pool.
+    workers' own task code in this process (``InlinePool``, as ``pool.workers = 0``), so it builds
+    the same vector state the pool's workers build: the pool's work without the pool.
 
     Prints ``ready`` once warm, then answers each ``run SECONDS`` line on stdin with the queries
     per second of a loop of that length; ``exit`` (or end of input) ends it."""

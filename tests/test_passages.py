@@ -121,22 +121,21 @@ def test_writer_keeps_passage_rows_only_for_long_chunks_and_drops_them_with_the_
     assert conn.execute("SELECT count(*) FROM memory_index_passage_vectors").fetchone()[0] == 0
 
 
-def test_a_shared_mapped_state_keeps_reducing_passages_to_chunks(passage_index, tmp_path):
-    from host_facades.retrieval import vector_cache
-    from host_facades.retrieval.vector_state import load_vector_state
+def test_a_compact_state_keeps_reducing_passages_to_chunks(passage_index):
+    from host_facades.retrieval.vector_compact import compact_state
+    from host_facades.retrieval.vector_state import load_vector_state, read_rows
 
     _w, path, emb = passage_index
+    q = emb.vector("harps flutes")
     conn = open_readonly(path)
     try:
         with read_snapshot(conn):
             built = load_vector_state(conn, ("db", 1, "fake-model"))
+            compact = compact_state(("db", 1, "fake-model"), read_rows(conn, ("db", 1, "fake-model")))
+            assert (len(built.ids), built.passages, len(compact), compact.passages) == (6, 3, 6, 3)
+            top = compact.search(q, 3, conn=conn)  # the passage rows read back and decoded from int8
     finally:
         conn.close()
-    vector_cache.save_shared(str(tmp_path), ("db", 1, "fake-model"), built)
-    mapped = vector_cache.load_shared(str(tmp_path), ("db", 1, "fake-model"))
-    assert (len(built.ids), built.passages, mapped.passages) == (6, 3, 3)
-    q = emb.vector("harps flutes")
-    top = mapped.search(q, 3)
     assert top == built.search(q, 3)
     assert [round(s, 6) for _, s in top] == [0.5, 0.426401, 0.0] and len({i for i, _ in top}) == 3
 
@@ -166,6 +165,29 @@ def test_float32_passage_rows_written_before_migration_4_still_count(passage_ind
                          " AND seq = ?", [(encode_vector(decode_int8(b, s)), c, q) for c, q, b, s in rows])
     assert _search(path, emb.vector("harps flutes"), backend) == [
         ("harps.md", 0.5), ("long.md", 0.426401), ("kiwi.md", 0.0)]
+    assert [round(s, 6) for _, s in _compact_top(path, emb.vector("harps flutes"))] == [0.5, 0.426401, 0.0]
+
+
+def _compact_top(path: str, q, k: int = 3) -> list[tuple[str, float]]:
+    from host_facades.retrieval.vector_compact import compact_state
+    from host_facades.retrieval.vector_state import read_rows
+
+    conn = open_readonly(path)
+    try:
+        with read_snapshot(conn):
+            return compact_state(("db", 1, "fake-model"), read_rows(conn, ("db", 1, "fake-model"))).search(
+                q, k, conn=conn)
+    finally:
+        conn.close()
+
+
+def test_passages_keyed_by_chunk_id_keep_the_float32_state(passage_index):
+    from host_facades.retrieval.vector_compact import compact_layout
+
+    w, path, _emb = passage_index
+    assert compact_layout(w.connection())
+    _to_layout_before_migration_5(w.connection())  # rows cannot be read back by chunk_rowid
+    assert not compact_layout(w.connection())
 
 
 

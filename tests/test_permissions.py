@@ -10,10 +10,8 @@ import stat
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from host_facades.retrieval import vector_cache
 from memory_core.store.perms import loose_files, tighten
 from tests.gateway_fixtures import ROOT, make_workspace
 
@@ -45,23 +43,6 @@ def test_index_under_umask_022_is_private(tmp_path):
     assert mode(state) == "0700"
     assert modes_in(state) == {"main.sqlite": "0600", "main.sqlite-shm": "0600", "main.sqlite-wal": "0600",
                                "main.sqlite.reindex.lock": "0600"}
-
-
-def test_vector_state_files_are_private(tmp_path):
-    old = os.umask(0o022)
-    try:
-        folder = tmp_path / "main.sqlite-vectors"
-        os.makedirs(folder, mode=vector_cache.PRIVATE_DIR)
-        with vector_cache._written(str(folder / "x.f32")) as tmp:
-            np.zeros(4, np.float32).tofile(tmp)
-        with vector_cache._written(str(folder / "x.npz")) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, a=np.zeros(2))
-        lock = vector_cache._private(str(folder / "x.lock"))
-    finally:
-        os.umask(old)
-    assert mode(folder) == "0700"
-    assert modes_in(folder) == {"x.f32": "0600", "x.lock": "0600", "x.npz": "0600"}
-    assert mode(lock) == "0600"
 
 
 def test_status_warns_about_loose_files_and_index_fixes_them(tmp_path):

@@ -78,7 +78,7 @@ def test_in_process_and_pooled_vector_search_return_identical_pairs(big_index):
     finally:
         pool.close()
     key_kinds = {s.index_kind for s in vector_cache.PROCESS_CACHE._states.values()}
-    assert key_kinds == {"int8"}
+    assert key_kinds == {"compact"}  # from vector_compact.COMPACT_MIN_ROWS rows: int8 codes, rows read back
 
 
 def _brute_top(mat: np.ndarray, q: np.ndarray, k: int) -> tuple[list[int], np.ndarray]:
@@ -115,7 +115,7 @@ def test_the_vector_candidates_benchmark_times_both_kinds_and_compares_their_ans
     assert vector_candidates.main(["--dims", "24", "--rows", "400", "--queries", "20", "--json", str(out)]) == 0
     (row,) = json.loads(out.read_text())["rows"]
     assert row["sameAnswers"] is True and row["rows"] == 400 and row["dims"] == 24
-    assert all(row[f"{c} {k}"] > 0 for c in ("hot", "cold") for k in ("flat", "int8"))
+    assert all(row[f"{c} {k}"] > 0 for c in ("hot", "cold") for k in ("flat", "int8", "compact"))
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp16", "flat"])

@@ -15,7 +15,6 @@ from typing import Any
 
 from benchmarks.worker_tasks import OPS, ping  # noqa: F401 - registers "ping" and "retrieve" (its ops: OPS)
 from host_facades.db.chunk_rows import read_chunks
-from host_facades.retrieval import vector_cache
 from workers.tasks import TaskError, WorkerContext, task
 
 TASK_MODULES = ("tests.worker_tasks",)
@@ -56,7 +55,7 @@ def runtime_info(payload: Any, ctx: WorkerContext) -> dict:
         "modules": sorted(m for m in sys.modules if m.startswith(("memory_core", "workers", "host_facades"))),
         "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
         "derived_keys": [list(k) for k in ctx.cache.keys()],
-        "shared_vector_builds": vector_cache.SHARED_BUILDS,
+        "derived_kinds": ctx.cache.kinds(),
         "tasks_run": ctx.tasks_run,
     }
     if "faiss" in sys.modules:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from host_facades.search.edge import SearchReply, SearchRequest, reply_from_wire, request_key
-from host_facades.retrieval.vector_cache import prune_shared
+from host_facades.retrieval.vector_cache import remove_shared_files
 from memory_core.generations import GenerationLeases
 from workers.inline import InlinePool
 from workers.pool import WorkerPool
@@ -46,6 +46,7 @@ class PooledRetriever:
         self.current: dict[str, int] = {}  # newest revision seen per database identity
         self.current_db_id: str | None = None
         self._stash: tuple[tuple, Any, tuple] | None = None  # (request key, still valid?, task answer)
+        remove_shared_files(db_path)  # mapped vector files an earlier version left beside the index
 
     def stash(self, req: SearchRequest, valid: Any, answer: tuple) -> None:
         """Keep ``answer``, a ``search`` task's ``(db_id, revision, reply)`` for ``req`` that a
@@ -156,7 +157,7 @@ class PooledRetriever:
         if changed:
             if old_db is not None and not self.leases.leased_revisions(old_db):
                 self.pool.broadcast("drop", {"db_id": old_db})
-            self._broadcast_retain(db_id)  # also prunes the files of the dropped database
+            self._broadcast_retain(db_id)
 
     def _broadcast_retain(self, db_id: str) -> None:
         keep = self.leases.leased_revisions(db_id)  # a fresh set
@@ -164,25 +165,12 @@ class PooledRetriever:
         if cur is not None:
             keep.add(cur)
         self.pool.broadcast("retain", {"db_id": db_id, "keep": sorted(keep)})
-        self._prune_shared()
-
-    def _prune_shared(self) -> None:
-        """Remove the shared derived-state files (host_facades.retrieval.vector_cache) of generations
-        that are neither current nor leased: on disk, too, at most those occupy space."""
-        keep: dict[str, set[int]] = {}
-        for (db_id, revision), n in self.leases.snapshot().items():
-            if db_id is not None and revision is not None and n > 0:
-                keep.setdefault(db_id, set()).add(revision)
-        if self.current_db_id is not None and self.current_db_id in self.current:
-            keep.setdefault(self.current_db_id, set()).add(self.current[self.current_db_id])
-        prune_shared(self.db_path, keep)
 
     def _on_last_release(self, db_id: str, revision: int, still_leased: set[int]) -> None:
         # The last lease on an old generation ended: workers may drop its derived state now.
         if db_id != self.current_db_id:
             if not still_leased:
                 self.pool.broadcast("drop", {"db_id": db_id})
-                self._prune_shared()
             return
         if revision != self.current.get(db_id):
             self._broadcast_retain(db_id)

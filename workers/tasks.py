@@ -66,8 +66,8 @@ class WorkerContext:
     """Per-process state that outlives one task: the derived per-generation vector state."""
 
     pool_name: str = "inline"
-    # large states are shared with the other workers through mapped files (host_facades.retrieval.vector_cache)
-    cache: DerivedStateCache = field(default_factory=lambda: DerivedStateCache(shared=True))
+    # from vector_compact.COMPACT_MIN_ROWS vectors a state holds int8 codes only (host_facades.retrieval.vector_cache)
+    cache: DerivedStateCache = field(default_factory=DerivedStateCache)
     tasks_run: int = 0
     # db_path -> (read-only connection, file identity, last use); reused between tasks while the
     # file identity is unchanged and for at most SQLITE_IDLE_HANDLE_TTL_S of idleness.

@@ -8,7 +8,8 @@ start_line, end_line, snippet, vector_score}]`` ordered by cosine similarity, wh
   k = min(total, 4096), then the scan fallback when the cap hides the model's chunks;
 - ``numpy``: an exact scan of the generation's float32 matrix;
 - ``faiss``: candidates from the generation's faiss index (``IndexFlatIP``, or from
-  ``vector_state.FP16_MIN_ROWS`` rows int8 codes) rescored exactly from the same float32 matrix;
+  ``vector_state.FP16_MIN_ROWS`` rows int8 codes) rescored exactly from the same float32 matrix,
+  or from ``vector_compact.COMPACT_MIN_ROWS`` rows from the rows read back from SQLite;
 - ``auto``: faiss, else numpy (both exact and fastest in memory), sqlite-vec never required;
 - ``scan`` (sqlite-vec asked for but not loadable): :func:`cosine_scan`, upstream's 256-row
   batched scan (upstream `memory/manager-search-vector.ts`), which needs no in-memory state.
@@ -283,13 +284,14 @@ def clear_cache() -> None:
 def numpy_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | None = None) -> list[tuple[str, float]]:
     """Exact cosine top-``limit`` by a numpy scan of the generation's float32 matrix."""
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-    return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=True)
+    return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=True, conn=conn)
 
 
 def faiss_knn(conn, qvec, *, limit: int, model=None, sources=None, db_id: str | None = None) -> list[tuple[str, float]]:
     """Exact cosine top-``limit``: faiss candidates (flat, or int8 codes from ``FP16_MIN_ROWS`` rows) rescored exactly."""
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-    return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=not HAVE_FAISS)
+    return _state(conn, model, db_id).search(q, max(1, int(limit)), sources=sources or None, exact=not HAVE_FAISS,
+                                            conn=conn)
 
 
 def resolve_backend(conn: apsw.Connection, backend: str = "auto") -> str:
@@ -329,7 +331,7 @@ def knn_search(
     if used in ("faiss", "numpy"):
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
         state = vector_state(conn, model) if vector_state is not None else _state(conn, model, db_id)
-        found = state.search(q, max(1, int(limit)), sources=sources or None, exact=used == "numpy")
+        found = state.search(q, max(1, int(limit)), sources=sources or None, exact=used == "numpy", conn=conn)
         return found if pairs else load_rows(conn, found)
     if used == "sqlite-vec":
         res = sqlite_vec_knn(conn, qvec, limit=limit, model=model, sources=sources)

@@ -13,7 +13,9 @@ without faiss, numpy scans the matrix. Every candidate index reports a bound eps
 |approximate - exact| score: when the exact k-th score exceeds the lowest candidate's approximate
 score by more than eps, no other row can reach the top k; otherwise the candidate set grows, and
 past a limit an exhaustive float32 scan takes over. The float32 matrix is kept so that rescoring
-never touches SQLite (the state outlives the read transaction).
+never touches SQLite (the state outlives the read transaction); from
+``vector_compact.COMPACT_MIN_ROWS`` rows a ``CompactState`` keeps the int8 codes alone and reads
+its candidates' rows back from the search's read transaction instead.
 Imported by workers: standard library, numpy, faiss and apsw only.
 """
 
@@ -136,10 +138,12 @@ class VectorState:
         return sub
 
     def search(self, qvec: np.ndarray, limit: int, *, sources: Sequence[str] | None = None,
-               exact: bool = False) -> list[tuple[str, float]]:
+               exact: bool = False, conn: apsw.Connection | None = None) -> list[tuple[str, float]]:
         """Top-``limit`` (id, exact cosine) pairs, best first; ties broken by storage (chunk_rowid) order.
 
-        ``exact=True`` scans the float32 matrix with numpy (the numpy backend) instead of the faiss index.
+        ``exact=True`` scans the float32 matrix with numpy (the numpy backend) instead of the faiss
+        index. ``conn`` is not read (the matrix holds every row); the signature is
+        :meth:`~host_facades.retrieval.vector_compact.CompactState.search`'s.
         """
         state = self.for_sources(sources)
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
@@ -252,23 +256,6 @@ class Int8Candidates:
         want = codes[r[0]].astype(np.float64) @ probe.astype(np.float64)
         self.verified = bool(np.array_equal(s[0].astype(np.float64), want))
 
-    @classmethod
-    def from_parts(cls, index: Any, *, scale: np.ndarray, err_l1: np.ndarray, err_norm: float,
-                   code_norm: float, verified: bool) -> Int8Candidates:
-        """The candidate index over an existing faiss ``index`` of the codes (e.g. one mapped
-        from a file, host_facades.retrieval.vector_cache) and the quantizer's saved parameters."""
-        self = cls.__new__(cls)
-        self.index = index
-        self.scale = np.asarray(scale, dtype=np.float64)
-        self.err_l1 = np.asarray(err_l1, dtype=np.float64)
-        self.err_norm = float(err_norm)
-        self.code_norm = float(code_norm)
-        self.d = int(index.d)
-        self.ntotal = int(index.ntotal)
-        self.code_size = self.d
-        self.verified = bool(verified)
-        return self
-
     def search(self, q: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray, float]:
         """``(rows, approx scores, eps)`` of the ``kk`` best rows for the unit query ``q``."""
         qs = q.astype(np.float64) / self.scale
@@ -290,7 +277,23 @@ def _index_nbytes(index: object | None, matrix: np.ndarray) -> int:
 
 
 def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool = True) -> VectorState:
-    """Build the state for ``key`` from the connection's current read transaction.
+    """Build the state for ``key`` from the connection's current read transaction."""
+    rows = read_rows(conn, key)
+    if not rows:
+        return VectorState(key, [], np.zeros(0, dtype=object), np.zeros((0, 0), dtype=np.float32))
+    ids = [r[0] for r in rows]
+    extra = sum(1 for r in rows if r[4] >= 0)
+    sources = np.array([r[1] for r in rows], dtype=object)
+    matrix = rows_matrix(rows)
+    index = None
+    if use_faiss and load_faiss() is not None and len(ids):
+        index, matrix = build_index(matrix)
+    return VectorState(key, ids, sources, matrix, index, passages=extra)
+
+
+def read_rows(conn: apsw.Connection, key: DerivedKey) -> list[tuple]:
+    """``(chunk id, source, float32 BLOB, chunk_rowid, seq)`` of every vector of ``key``'s model in
+    storage order (a chunk's row, seq -1, then its passages'), from the current read transaction.
 
     Rows whose vector length differs from the most common one for the model are left out (they
     belong to a half-migrated index and are rebuilt by ``memory-core index --force``).
@@ -308,7 +311,7 @@ def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool
     if passages:  # each chunk's row, then its passages': ties keep resolving by storage order
         rows = sorted(rows + passages, key=lambda r: (r[3], r[4]))
     if not rows:
-        return VectorState(key, [], np.zeros(0, dtype=object), np.zeros((0, 0), dtype=np.float32))
+        return []
     lengths = np.fromiter((len(r[2]) for r in rows), dtype=np.int64, count=len(rows))
     values, counts = np.unique(lengths, return_counts=True)
     width = int(values[int(np.argmax(counts))])
@@ -317,15 +320,16 @@ def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool
         width = len(rows[0][2]) if rows else 4
     if not bool(np.all(lengths == width)):
         rows = [r for r in rows if len(r[2]) == width]
-    ids = [r[0] for r in rows]
-    extra = sum(1 for r in rows if r[4] >= 0)
-    sources = np.array([r[1] for r in rows], dtype=object)
-    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=VECTOR_DTYPE).reshape(len(rows), width // 4)
-    matrix = np.ascontiguousarray(normalize_rows(matrix), dtype=np.float32)
-    index = None
-    if use_faiss and load_faiss() is not None and len(ids):
-        index, matrix = build_index(matrix)
-    return VectorState(key, ids, sources, matrix, index, passages=extra)
+    return rows
+
+
+def rows_matrix(rows: Sequence[tuple]) -> np.ndarray:
+    """The L2-normalised float32 matrix of :func:`read_rows`' BLOBs (one width), row by row: a row
+    comes out bit-identical whichever other rows are read with it."""
+    blobs = [r[2] for r in rows]
+    width = len(blobs[0]) if blobs else 0
+    matrix = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(len(blobs), width // 4)
+    return np.ascontiguousarray(normalize_rows(matrix), dtype=np.float32)
 
 
 def has_passage_table(conn: apsw.Connection) -> bool:

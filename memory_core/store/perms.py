@@ -26,7 +26,7 @@ def create_private_file(path: str) -> None:
 
 def index_paths(db_path: str, *, state_dir_owned: bool) -> list[str]:
     """Every existing path of the index of ``db_path``: the file and its sidecars, the reindex lock,
-    temp/backup/set-aside copies, the shared vector state (folder and files) and, when
+    temp/backup/set-aside copies, vector files an earlier version left (folder and files) and, when
     ``state_dir_owned`` (the folder is the state dir, not a ``store.path`` folder that may hold
     other things), the folder itself."""
     db_path = os.path.abspath(db_path)
