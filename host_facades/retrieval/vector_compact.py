@@ -35,6 +35,7 @@ from host_facades.retrieval.vector_state import (
     passage_join,
     read_rows,
     rows_matrix,
+    state_of_rows,
 )
 
 # from this many vectors a generation keeps int8 codes only (below, the float32 matrix: small,
@@ -58,7 +59,7 @@ def load_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool = True
         return load_vector_state(conn, key, use_faiss=use_faiss)
     rows = read_rows(conn, key)
     state = compact_state(key, rows) if len(rows) >= COMPACT_MIN_ROWS else None
-    return state if state is not None else load_vector_state(conn, key, use_faiss=use_faiss)
+    return state if state is not None else state_of_rows(key, rows, use_faiss=use_faiss)
 
 
 def compact_state(key: DerivedKey, rows: Sequence[tuple]) -> CompactState | None:

@@ -278,7 +278,11 @@ def _index_nbytes(index: object | None, matrix: np.ndarray) -> int:
 
 def load_vector_state(conn: apsw.Connection, key: DerivedKey, *, use_faiss: bool = True) -> VectorState:
     """Build the state for ``key`` from the connection's current read transaction."""
-    rows = read_rows(conn, key)
+    return state_of_rows(key, read_rows(conn, key), use_faiss=use_faiss)
+
+
+def state_of_rows(key: DerivedKey, rows: Sequence[tuple], *, use_faiss: bool = True) -> VectorState:
+    """The state of :func:`read_rows`' ``rows``."""
     if not rows:
         return VectorState(key, [], np.zeros(0, dtype=object), np.zeros((0, 0), dtype=np.float32))
     ids = [r[0] for r in rows]
