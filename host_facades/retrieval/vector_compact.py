@@ -36,6 +36,7 @@ from host_facades.retrieval.vector_state import (
     read_rows,
     rows_matrix,
     state_of_rows,
+    unit_query,
 )
 
 # from this many vectors a generation keeps int8 codes only (below, the float32 matrix: small,
@@ -139,14 +140,10 @@ class CompactState:
         if conn is None:
             raise ValueError("a compact vector state reads its candidates' rows: pass the search's connection")
         state = self.for_sources(conn, sources)
-        q = np.asarray(qvec, dtype=np.float32).reshape(-1)
         n = len(state)
-        if n == 0 or limit <= 0 or q.shape[0] != state.dims:
+        q = unit_query(qvec, state.dims) if n and limit > 0 else None
+        if q is None:
             return []
-        norm = float(np.linalg.norm(q))
-        if norm == 0.0:
-            return []
-        q = np.ascontiguousarray(q / norm, dtype=np.float32)
         k = min(int(limit), n)
         found = None if exact else state._top_ids(conn, q, k)
         if found is None:

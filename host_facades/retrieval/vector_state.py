@@ -80,6 +80,15 @@ def rescore(matrix: np.ndarray, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
     return (matrix[rows].astype(np.float64) @ q.astype(np.float64)).astype(np.float32)
 
 
+def unit_query(qvec: np.ndarray, dims: int) -> np.ndarray | None:
+    """``qvec`` as a contiguous float32 unit vector, or None when it is zero or not ``dims`` long."""
+    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(q))
+    if q.shape[0] != dims or norm == 0.0:
+        return None
+    return np.ascontiguousarray(q / norm, dtype=np.float32)
+
+
 @dataclass
 class VectorState:
     """All vectors of one model in one generation: ids, sources, L2-normalised rows, faiss index.
@@ -146,14 +155,10 @@ class VectorState:
         :meth:`~host_facades.retrieval.vector_compact.CompactState.search`'s.
         """
         state = self.for_sources(sources)
-        q = np.asarray(qvec, dtype=np.float32).reshape(-1)
         n = len(state.ids)
-        if n == 0 or limit <= 0 or q.shape[0] != state.dims:
+        q = unit_query(qvec, state.dims) if n and limit > 0 else None
+        if q is None:
             return []
-        norm = float(np.linalg.norm(q))
-        if norm == 0.0:
-            return []
-        q = np.ascontiguousarray(q / norm, dtype=np.float32)
         k = min(int(limit), n)
         if not state.passages:
             rows, scores = state._top_rows(q, k, exact=exact)
