@@ -98,6 +98,7 @@ class CompactState:
         self.exact_fallbacks = 0  # searches whose candidates had to be widened
         self.exhaustive_scans = 0  # searches answered by reading every row
         self._subsets: dict[tuple[str, ...], CompactState] = {}
+        self._exact: VectorState | None = None  # the numpy backend's float32 state, once it asks
 
     def __len__(self) -> int:
         return len(self.rowids)
@@ -136,7 +137,8 @@ class CompactState:
     def search(self, qvec: np.ndarray, limit: int, *, sources: Sequence[str] | None = None,
                exact: bool = False, conn: apsw.Connection | None = None) -> list[tuple[str, float]]:
         """Top-``limit`` (id, exact cosine) pairs, best first, ties in storage order: the answer of
-        :meth:`VectorState.search` on the same rows. ``exact=True`` reads and scans every row."""
+        :meth:`VectorState.search` on the same rows. ``exact=True`` (the numpy backend) scans the
+        float32 rows, read on its first search and kept from then on."""
         if conn is None:
             raise ValueError("a compact vector state reads its candidates' rows: pass the search's connection")
         state = self.for_sources(conn, sources)
@@ -144,9 +146,13 @@ class CompactState:
         q = unit_query(qvec, state.dims) if n and limit > 0 else None
         if q is None:
             return []
-        k = min(int(limit), n)
-        found = None if exact else state._top_ids(conn, q, k)
-        if found is None:
+        if exact:  # the numpy backend scans the float32 rows: they are read once and kept, as below
+            if self._exact is None:
+                self._exact = load_vector_state(conn, self.key, use_faiss=False)
+                self.nbytes += self._exact.nbytes
+            return self._exact.search(qvec, limit, sources=sources, exact=True)
+        found = state._top_ids(conn, q, min(int(limit), n))
+        if found is None:  # uncertifiable within the widening limit: read and scan every row, once
             self.exhaustive_scans += 1
             return load_vector_state(conn, self.key, use_faiss=False).search(qvec, limit, sources=sources, exact=True)
         return found
