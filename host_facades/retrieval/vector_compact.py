@@ -30,6 +30,7 @@ from host_facades.retrieval.vector_state import (
     Int8Candidates,
     VectorState,
     candidate_k,
+    certified,
     load_faiss,
     load_vector_state,
     passage_join,
@@ -195,12 +196,9 @@ class CompactState:
                 top_rows, top_scores = rows[:m][order], exact[order]
                 if m == rows.size:
                     break
-                if len(top_scores) == k and float(top_scores[-1]) > float(approx[m]) + eps:
+                if certified(top_scores, k, float(approx[m]) + eps):
                     return top_rows, top_scores  # every row left has approx <= approx[m]
-            if kk >= n or rows.size < kk:
-                return top_rows, top_scores
-            # a row outside the candidates has approx <= min(approx), so its exact score <= that + eps
-            if len(top_scores) == k and float(top_scores[-1]) > float(approx.min()) + eps:
+            if kk >= n or rows.size < kk or certified(top_scores, k, float(approx.min()) + eps):
                 return top_rows, top_scores
             self.exact_fallbacks += 1
             kk = min(n, kk * 4)

@@ -80,6 +80,13 @@ def rescore(matrix: np.ndarray, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
     return (matrix[rows].astype(np.float64) @ q.astype(np.float64)).astype(np.float32)
 
 
+def certified(top_scores: np.ndarray, k: int, bound: float) -> bool:
+    """Whether a top-``k`` is final: ``k`` exact scores, the last above ``bound``, the most any row
+    not rescored can score (its approximate score's ceiling, e.g. ``min(candidates' approx) + eps``:
+    a row outside the candidates has approx <= that minimum, so its exact score <= that + eps)."""
+    return len(top_scores) == k and float(top_scores[-1]) > bound
+
+
 def unit_query(qvec: np.ndarray, dims: int) -> np.ndarray | None:
     """``qvec`` as a contiguous float32 unit vector, or None when it is zero or not ``dims`` long."""
     q = np.asarray(qvec, dtype=np.float32).reshape(-1)
@@ -211,8 +218,7 @@ class VectorState:
             top_rows, top_scores = rows[order], exact_scores[order]
             if kk >= n or rows.size < kk:
                 return top_rows, top_scores
-            # a row outside the candidates has approx <= min(approx), so its exact score <= that + eps
-            if len(top_scores) == k and float(top_scores[-1]) > float(approx.min()) + eps:
+            if certified(top_scores, k, float(approx.min()) + eps):
                 return top_rows, top_scores
             self.exact_fallbacks += 1
             kk = min(n, kk * 4)
