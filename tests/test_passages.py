@@ -149,6 +149,11 @@ def test_int8_passage_codes_round_trip_within_a_step_of_their_scale():
     back = decode_int8(codes, scale)
     assert float(np.abs(back - v).max()) <= scale / 2 + 1e-6
     assert encode_int8(back) == (codes, scale)  # a reused vector is stored unchanged
+    from host_facades.db.vectors import decode_int8_rows
+
+    many = [encode_int8(r) for r in np.random.default_rng(4).standard_normal((5, 384)).astype(np.float32)]
+    together = decode_int8_rows(b"".join(c for c, _ in many), [s for _, s in many])
+    assert all(np.array_equal(row, decode_int8(c, s)) for row, (c, s) in zip(together, many))  # bit for bit
     assert split_passages("one line\nand a second line") == []  # two lines: no passage vectors
 
 

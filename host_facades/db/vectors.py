@@ -40,6 +40,14 @@ def decode_int8(codes: bytes, scale: float) -> np.ndarray:
     return np.frombuffer(codes, dtype=np.int8).astype(np.float32) * np.float32(scale)
 
 
+def decode_int8_rows(codes: bytes, scales: "np.ndarray | list[float]") -> np.ndarray:
+    """The float32 rows of several :func:`encode_int8` results at once: ``codes`` is their codes
+    joined, one row per scale. Each row is bit-identical to :func:`decode_int8` of its own codes."""
+    scale32 = np.asarray(scales, dtype=np.float64).astype(np.float32)
+    rows = np.frombuffer(codes, dtype=np.int8).reshape(len(scale32), -1)
+    return rows.astype(np.float32) * scale32[:, None]
+
+
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
     """Rows (or one vector) scaled to unit length as float32; all-zero rows stay zero."""
     m = np.asarray(matrix, dtype=np.float32)

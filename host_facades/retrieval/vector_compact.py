@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import apsw
 import numpy as np
 
-from host_facades.db.vectors import VECTOR_DTYPE
+from host_facades.db.vectors import VECTOR_DTYPE, decode_int8_rows
 from host_facades.retrieval.vector_state import (
     DerivedKey,
     Int8Candidates,
@@ -142,20 +142,21 @@ class CompactState:
         float32 rows, read on its first search and kept from then on."""
         if conn is None:
             raise ValueError("a compact vector state reads its candidates' rows: pass the search's connection")
+        if exact:  # the numpy backend scans the float32 rows: they are read once and kept
+            if self._exact is None:
+                self._exact = load_vector_state(conn, self.key, use_faiss=False)
+                self.nbytes += self._exact.nbytes
+            return self._exact.search(qvec, limit, sources=sources, exact=True)
         state = self.for_sources(conn, sources)
         n = len(state)
         q = unit_query(qvec, state.dims) if n and limit > 0 else None
         if q is None:
             return []
-        if exact:  # the numpy backend scans the float32 rows: they are read once and kept, as below
-            if self._exact is None:
-                self._exact = load_vector_state(conn, self.key, use_faiss=False)
-                self.nbytes += self._exact.nbytes
-            return self._exact.search(qvec, limit, sources=sources, exact=True)
         found = state._top_ids(conn, q, min(int(limit), n))
-        if found is None:  # uncertifiable within the widening limit: read and scan every row, once
+        if found is None:  # uncertifiable within the widening limit: scan every row (read for this search)
             self.exhaustive_scans += 1
-            return load_vector_state(conn, self.key, use_faiss=False).search(qvec, limit, sources=sources, exact=True)
+            rows = self._exact if self._exact is not None else load_vector_state(conn, self.key, use_faiss=False)
+            return rows.search(qvec, limit, sources=sources, exact=True)
         return found
 
     def _top_ids(self, conn: apsw.Connection, q: np.ndarray, k: int) -> list[tuple[str, float]] | None:
@@ -217,20 +218,16 @@ class CompactState:
                     " WHERE chunk_rowid IN (SELECT value FROM json_each(?))",
                     (json.dumps(rowids[own].tolist()),)):
                 blobs[(rowid, -1)] = blob
-        if not own.all():
-            layout = passage_join(conn)
-            scale = layout[1].replace("p.", "") if layout else "NULL"
+        if not own.all():  # a compact state's passage table is keyed by chunk_rowid: it has ``scale``
             pairs = json.dumps(np.stack([rowids[~own], seqs[~own]], axis=1).tolist())
             found = conn.execute(
-                f"SELECT chunk_rowid, seq, embedding, {scale} FROM memory_index_passage_vectors"
+                "SELECT chunk_rowid, seq, embedding, scale FROM memory_index_passage_vectors"
                 " WHERE (chunk_rowid, seq) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))", (pairs,)).fetchall()
             coded = [r for r in found if r[3] is not None]
-            if coded:  # decode_int8 of each row, all at once: codes x float32(scale), element by element
-                codes = np.frombuffer(b"".join(r[2] for r in coded), dtype=np.int8).reshape(len(coded), -1)
-                scales = np.asarray([r[3] for r in coded], dtype=np.float64).astype(np.float32)
-                decoded = (codes.astype(np.float32) * scales[:, None]).astype(VECTOR_DTYPE)
+            if coded:  # as passage_rows decodes them, all at once
+                decoded = decode_int8_rows(b"".join(r[2] for r in coded), [r[3] for r in coded]).astype(VECTOR_DTYPE)
                 blobs.update(((r[0], r[1]), v.tobytes()) for r, v in zip(coded, decoded))
-            blobs.update(((r[0], r[1]), r[2]) for r in found if r[3] is None)
+            blobs.update(((r[0], r[1]), r[2]) for r in found if r[3] is None)  # float32, before migration 4
         try:
             ordered = [blobs[(int(r), int(s))] for r, s in zip(rowids, seqs)]
         except KeyError as missing:
